@@ -1,0 +1,26 @@
+"""mha: the multi-head attention package every lesson of the course imports.
+
+One file per concept:
+    attention.py  scaled dot-product attention, written out (returns the weights)
+    heads.py      split_heads / merge_heads: (B, T, C) <-> (B, h, T, C // h)
+    masks.py      causal and padding masks (True = may attend), converters from torch's convention
+    module.py     SingleHeadAttention, MultiHeadAttention (GQA/MQA, cross-attention, two backends)
+    cache.py      KVCache for incremental decoding
+    counting.py   parameters, FLOPs, KV-cache bytes, presets of published models
+    plotting.py   figures for the lessons
+"""
+
+from .attention import safe_softmax, scaled_dot_product_attention
+from .cache import KVCache
+from .counting import PRESETS, ModelConfig, attention_flops, count_parameters, kv_cache_bytes
+from .heads import merge_heads, split_heads
+from .masks import causal_mask, combine_masks, mask_from_torch, padding_mask, to_additive
+from .module import MultiHeadAttention, SingleHeadAttention
+
+__all__ = [
+    "scaled_dot_product_attention", "safe_softmax", "split_heads", "merge_heads",
+    "causal_mask", "padding_mask", "combine_masks", "mask_from_torch", "to_additive",
+    "SingleHeadAttention", "MultiHeadAttention", "KVCache",
+    "count_parameters", "attention_flops", "kv_cache_bytes", "PRESETS", "ModelConfig",
+]
+__version__ = "0.1.0"

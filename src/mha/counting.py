@@ -1,0 +1,106 @@
+"""Counting parameters, FLOPs and KV-cache bytes, and the configurations of known models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._checks import check_int
+
+
+def count_parameters(embed_dim: int, num_heads: int, *, num_kv_heads: int | None = None,
+                     bias: bool = False, kdim: int | None = None, vdim: int | None = None) -> int:
+    """Parameters of one attention layer (W_Q, W_K, W_V, W_O and optional biases).
+
+    With plain multi-head attention this is 4 C^2 (+ 4 C with biases), whatever num_heads is.
+    With g = num_kv_heads < h, W_K and W_V shrink to C x (g * C / h).
+    Equals sum(p.numel()) of mha.MultiHeadAttention with the same arguments.
+    """
+    check_int("embed_dim", embed_dim)
+    check_int("num_heads", num_heads)
+    if embed_dim % num_heads:
+        raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
+    g = num_heads if num_kv_heads is None else check_int("num_kv_heads", num_kv_heads)
+    if num_heads % g:
+        raise ValueError(f"num_heads={num_heads} must be divisible by num_kv_heads={g}")
+    kdim = embed_dim if kdim is None else check_int("kdim", kdim)
+    vdim = embed_dim if vdim is None else check_int("vdim", vdim)
+    kv = g * (embed_dim // num_heads)
+    weights = embed_dim * embed_dim + kdim * kv + vdim * kv + embed_dim * embed_dim
+    biases = embed_dim + kv + kv + embed_dim if bias else 0
+    return weights + biases
+
+
+def attention_flops(batch: int, seq_len: int, embed_dim: int, *, kv_len: int | None = None) -> int:
+    """Floating-point operations of one attention layer's forward pass (a multiply-add = 2).
+
+    Projections: Q and O on seq_len rows, K and V on kv_len rows, each 2 * C^2 per row.
+    Attention: Q K^T and weights @ V, each 2 * seq_len * kv_len * C (summed over heads,
+    so the number of heads does not change it). With kv_len = seq_len = T:
+    8 B T C^2 + 4 B T^2 C. Softmax and masking are ignored (lower order).
+    """
+    for name, v in (("batch", batch), ("seq_len", seq_len), ("embed_dim", embed_dim)):
+        check_int(name, v)
+    kv_len = seq_len if kv_len is None else check_int("kv_len", kv_len)
+    projections = 2 * batch * embed_dim * embed_dim * (2 * seq_len + 2 * kv_len)
+    attention = 2 * 2 * batch * seq_len * kv_len * embed_dim
+    return projections + attention
+
+
+def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, seq_len: int, *, batch: int = 1,
+                   bytes_per_element: int = 2) -> int:
+    """Bytes of a KV cache: 2 (K and V) x layers x kv_heads x head_dim x seq_len x batch x bytes."""
+    for name, v in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim), ("seq_len", seq_len),
+                    ("batch", batch), ("bytes_per_element", bytes_per_element)):
+        check_int(name, v)
+    return 2 * layers * kv_heads * head_dim * seq_len * batch * bytes_per_element
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The attention shape of a published model. `source` says where the numbers come from."""
+
+    name: str
+    d_model: int
+    num_heads: int
+    num_kv_heads: int
+    num_layers: int
+    context: int
+    bias: bool
+    source: str
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def attention_parameters(self) -> int:
+        """Parameters of one attention layer."""
+        return count_parameters(self.d_model, self.num_heads, num_kv_heads=self.num_kv_heads, bias=self.bias)
+
+    def kv_cache_bytes(self, seq_len: int | None = None, *, batch: int = 1, bytes_per_element: int = 2) -> int:
+        """KV-cache bytes at seq_len tokens (default: the full context)."""
+        return kv_cache_bytes(self.num_layers, self.num_kv_heads, self.head_dim, seq_len or self.context,
+                              batch=batch, bytes_per_element=bytes_per_element)
+
+
+PRESETS: dict[str, ModelConfig] = {c.name: c for c in [
+    ModelConfig("Transformer (base)", 512, 8, 8, 6, 512, True,
+                "Vaswani et al. 2017, Table 3 (base): d_model 512, h 8, d_k = d_v = 64, N = 6 layers "
+                "in the encoder and 6 in the decoder; counted here as 6 layers of self-attention"),
+    ModelConfig("GPT-2 small", 768, 12, 12, 12, 1024, True,
+                "Radford et al. 2019, Table 2 (117M model: 12 layers, d_model 768); 12 heads and a "
+                "1024-token context from the released configuration (n_head, n_ctx)"),
+    ModelConfig("BERT-base", 768, 12, 12, 12, 512, True,
+                "Devlin et al. 2019, section 3: L = 12, H = 768, A = 12; 512 positions"),
+    ModelConfig("Llama-2-7B", 4096, 32, 32, 32, 4096, False,
+                "Touvron et al. 2023, Table 1 (context 4k, GQA only for 34B/70B) and the released "
+                "configuration: hidden 4096, 32 heads, 32 layers"),
+    ModelConfig("Llama-2-70B", 8192, 64, 8, 80, 4096, False,
+                "Touvron et al. 2023, Table 1 and section 2.2 (GQA with 8 KV projections); released "
+                "configuration: hidden 8192, 64 heads, 80 layers"),
+    ModelConfig("Llama-3-8B", 4096, 32, 8, 32, 8192, False,
+                "Llama Team, AI @ Meta 2024, 'The Llama 3 Herd of Models', Table 3: 32 layers, "
+                "model dimension 4096, 32 attention heads, 8 key/value heads; 8K context at release"),
+    ModelConfig("Llama-3-70B", 8192, 64, 8, 80, 8192, False,
+                "Llama Team, AI @ Meta 2024, 'The Llama 3 Herd of Models', Table 3: 80 layers, "
+                "model dimension 8192, 64 attention heads, 8 key/value heads; 8K context at release"),
+]}
