@@ -127,9 +127,10 @@ def plot_head_split(seq_len: int = 4, embed_dim: int = 8, num_heads: int = 2, *,
                 arrowprops=dict(arrowstyle="->"))
     x0 = embed_dim + 2.5
     for i in range(num_heads):
-        label = "direct view" if wrong else "view + transpose"
-        draw(ax, heads[i], x0, seq_len - 1, f"head {i} ({label})")
+        draw(ax, heads[i], x0, seq_len - 1, f"head {i}")
         x0 += d + 1
+    ax.set_title("direct view to (h, T, d): tokens mixed" if wrong else "view, then transpose: one token per row",
+                 fontsize=10)
     ax.set_xlim(-0.5, x0)
     ax.set_ylim(-0.5, seq_len + 1)
     ax.set_aspect("equal")
