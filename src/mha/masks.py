@@ -84,8 +84,9 @@ def mask_from_torch(attn_mask=None, key_padding_mask=None):
 
     Args:
         attn_mask: (Tq, Tk) or (B * h, Tq, Tk) as nn.MultiheadAttention takes it: bool with
-            True = NOT allowed, or an additive float mask (kept as is). A 3-D mask is
-            returned as (B * h, Tq, Tk); reshape it to (B, h, Tq, Tk) before use.
+            True = NOT allowed, or an additive float mask (kept as is). A 3-D mask given
+            alone is returned as (B * h, Tq, Tk); reshape it to (B, h, Tq, Tk) before use.
+            Given with key_padding_mask, it is reshaped to (B, h, Tq, Tk) here.
         key_padding_mask: (B, Tk) bool, True = padding (NOT allowed), or additive float.
 
     Returns:
@@ -100,4 +101,10 @@ def mask_from_torch(attn_mask=None, key_padding_mask=None):
         check_tensor("key_padding_mask", key_padding_mask, dims=2)
         kpm = ~key_padding_mask if key_padding_mask.dtype == torch.bool else key_padding_mask
         out.append(kpm[:, None, None, :])
+        if attn_mask is not None and attn_mask.dim() == 3:  # (B * h, Tq, Tk) -> (B, h, Tq, Tk)
+            B = key_padding_mask.shape[0]
+            if attn_mask.shape[0] % B:
+                raise ValueError(f"attn_mask's first dimension must be batch * num_heads, a multiple of "
+                                 f"key_padding_mask's batch {B}, got shape {tuple(attn_mask.shape)}")
+            out[0] = out[0].reshape(B, -1, *attn_mask.shape[-2:])
     return combine_masks(*out)

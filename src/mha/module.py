@@ -170,19 +170,20 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("cache= with more than one new token needs is_causal=True: without it "
                                  "earlier tokens of the chunk would see later ones")
 
+        # Check before touching the cache, so a rejected call leaves it as it was.
+        B, Tq, h = query.shape[0], query.shape[1], self.num_heads
+        Tk = key.shape[1] + (len(cache) if cache is not None else 0)
+        if self.max_len is not None and Tk > self.max_len:
+            raise ValueError(f"sequence of {Tk} positions exceeds max_len={self.max_len}")
+        if mask is not None:
+            check_mask(mask, (B, h, Tq, Tk), query.dtype)
+
         q, k, v = self._project(query, key, value, self_attention)
         q = split_heads(q, self.num_heads)      # (B, h, Tq, d)
         k = split_heads(k, self.num_kv_heads)   # (B, g, Tk, d)
         v = split_heads(v, self.num_kv_heads)   # (B, g, Tk, d)
         if cache is not None:
             k, v = cache.update(k, v)           # (B, g, T_cached + Tk, d)
-
-        B, h, Tq, _ = q.shape
-        Tk = k.shape[-2]
-        if self.max_len is not None and Tk > self.max_len:
-            raise ValueError(f"sequence of {Tk} positions exceeds max_len={self.max_len}")
-        if mask is not None:
-            check_mask(mask, (B, h, Tq, Tk), q.dtype)
         p = self.dropout if self.training else 0.0
 
         if need_weights or self.backend == "naive":
