@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NBDIR  := _build/nbtest
 
-.PHONY: venv book test test-lib test-notebooks bench student-notebooks constraints clean
+.PHONY: venv book site notebooks test test-lib test-notebooks bench student-notebooks constraints clean
 
 venv: $(STAMP)
 
@@ -21,16 +21,30 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Build the website into _build/html, executing every lesson.
 book: $(STAMP)
+	@$(MAKE) --no-print-directory site
+
+# The build itself (tests/conftest.py runs this same target). From scratch, because an
+# incremental Sphinx build does not repeat the warnings of unchanged pages, and -W must
+# see them all. -n: broken cross-references are errors too. --keep-going: report every
+# problem of a failing build at once, not just the first.
+site:
+	rm -rf _build/html _build/.doctrees _build/jupyter_execute
 	$(BIN)/jupyter-book build . --builder html --path-output . -W -n --keep-going
 	@echo "Open _build/html/index.html in a browser."
 
-# Every page with code is converted to .ipynb and executed by nbval.
-$(NBDIR): $(STAMP) $(wildcard lessons/*.md book/*.md)
-	rm -rf $(NBDIR) && mkdir -p $(NBDIR)
-	$(BIN)/python -m mha.nbconvert_pages --out $(NBDIR) lessons/*.md book/*.md
+# Every page with code cells is converted to .ipynb (nbval reads only notebooks) in a
+# scratch folder, keeping its path: lessons/01-x.md -> $(NBDIR)/lessons/01-x.ipynb.
+notebooks: $(STAMP)
+	rm -rf $(NBDIR) && mkdir -p $(NBDIR)/lessons $(NBDIR)/book
+	for page in $$(grep -l '^```{code-cell}' lessons/*.md book/*.md); do \
+	  $(BIN)/jupytext --quiet --to ipynb --output $(NBDIR)/$${page%.md}.ipynb $$page || exit 1; \
+	done
 
-test: $(STAMP) $(NBDIR)
-	$(BIN)/python -m pytest tests $(NBDIR) --nbval-lax -n 2 --dist loadfile
+# Library tests, site and browser tests, and every page executed as a notebook.
+# --durations lists the slowest tests and notebook cells; per-lesson execution times
+# are in _build/artifacts/execution-times.txt (written by tests/test_site.py).
+test: $(STAMP) notebooks
+	$(BIN)/python -m pytest tests $(NBDIR) --nbval-lax -n 2 --dist loadfile --durations=10
 
 test-lib: $(STAMP)
 	$(BIN)/python -m pytest tests -n 2

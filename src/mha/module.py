@@ -235,7 +235,9 @@ class MultiHeadAttention(nn.Module):
         """A copy of a torch.nn.MultiheadAttention's weights in this class.
 
         Its in_proj_weight is cat[W_q; W_k; W_v], the same layout as `in_proj.weight` here
-        (no transpose). add_bias_kv and add_zero_attn are not supported.
+        (no transpose). The copy is batch-first whatever the module's `batch_first` (that flag
+        changes only the input layout, not the weights). add_bias_kv and add_zero_attn are
+        not supported.
         """
         if not isinstance(module, nn.MultiheadAttention):
             raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")

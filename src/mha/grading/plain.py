@@ -100,8 +100,12 @@ class Value:
     dtype: str | None = None
     length: int | None = None
 
-    def describe(self) -> str:
-        """A short description that never includes array values."""
+    def describe(self, reveal: bool = True) -> str:
+        """A short description that never includes array values; with ``reveal=False``
+        it says only the kind (no shapes, lengths or type names that code could forge)."""
+        if not reveal:
+            return {"ndarray": "a numpy array", "object": "an object of an unsupported type",
+                    "int": "an int", "none": "None"}.get(self.kind, f"a {self.kind}")
         if self.kind in ("tensor", "ndarray"):
             return f"{self.kind} of shape {tuple(self.data.shape)} and dtype {self.dtype}"
         if self.kind == "object":
