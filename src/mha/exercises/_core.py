@@ -1,0 +1,332 @@
+"""The machinery shared by every exercise: cases, comparisons, hints and verdicts.
+
+An :class:`Exercise` knows how to make its inputs (public ones with a fixed seed, hidden
+ones from a generator the grader seeds afresh), the reference answer, how to compare an
+answer with it, and which classic mistakes to recognise. It never sees a student object:
+answers arrive as validated :class:`~mha.grading.plain.Value` trees.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from mha.grading.plain import MalformedResult, Value, encode, validate
+
+
+@dataclass
+class Case:
+    """One call of the student's function: ``fn(*args)``.
+
+    ``raises`` names the exception type the call must raise (e.g. ``"ValueError"``)
+    instead of returning a value. Hidden cases never show their inputs or answers.
+    """
+
+    args: tuple
+    hidden: bool = False
+    raises: str | None = None
+    note: str = ""  # what the case is about, shown for public cases
+
+
+@dataclass
+class Mistake:
+    """A classic wrong answer: ``wrong(*args)`` computes it; ``hint`` explains it."""
+
+    hint: str
+    wrong: Callable
+
+
+@dataclass
+class Outcome:
+    """What one call produced, as the trusted side sees it."""
+
+    status: str  # "value", "raised", "not-attempted", "missing"
+    value: Value | None = None
+    error_type: str = ""
+    error_bases: tuple[str, ...] = ()
+    error_message: str = ""
+    reason: str = ""  # for "missing": why no result came back
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    message: str
+    hidden: bool = False
+    raises: bool = False
+
+
+@dataclass
+class Exercise:
+    """An auto-graded exercise. See ``book/grading.md`` for the format."""
+
+    id: str
+    title: str
+    lesson: str
+    function: str
+    params: tuple[str, ...]
+    points: float
+    reference: Callable
+    public: Callable[[torch.Generator], list[Case]]
+    hidden: Callable[[torch.Generator], list[Case]]
+    answer: str = "tensor"  # "tensor", "int" or "shapes": how answers are compared
+    mistakes: tuple[Mistake, ...] = ()
+    forbidden: tuple[str, ...] = ()
+    explain: Callable[[Case, Outcome], str | None] | None = None
+    public_seed: int = 0
+
+    @property
+    def signature(self) -> str:
+        return f"{self.function}({', '.join(self.params)})"
+
+    def public_cases(self) -> list[Case]:
+        return self.public(torch.Generator().manual_seed(self.public_seed))
+
+    def hidden_cases(self, seed: int) -> list[Case]:
+        cases = self.hidden(torch.Generator().manual_seed(seed))
+        for c in cases:
+            c.hidden = True
+        return cases
+
+    def expected(self, case: Case) -> Value:
+        """The reference answer for ``case``, computed on a private copy of the inputs."""
+        return plain(self.reference(*clone_args(case.args)))
+
+    def judge(self, case: Case, outcome: Outcome, *, reveal: bool | None = None) -> Verdict:
+        """Compare one outcome with the reference. ``reveal`` (default: not hidden)
+        allows messages to quote inputs, expected values and the student's exception text."""
+        reveal = (not case.hidden) if reveal is None else reveal
+        v = Verdict(False, "", hidden=case.hidden, raises=case.raises is not None)
+        if outcome.status == "missing":
+            v.message = outcome.reason or "no result came back"
+            return v
+        if outcome.status == "not-attempted":
+            v.message = "not attempted (the function raises NotImplementedError)"
+            return v
+        if case.raises:
+            if outcome.status == "raised" and case.raises in (outcome.error_type, *outcome.error_bases):
+                return Verdict(True, f"raises {case.raises}", case.hidden, True)
+            got = (f"raised {safe_error_name(outcome.error_type, reveal)}" if outcome.status == "raised"
+                   else f"returned {outcome.value.describe(reveal)}")
+            v.message = f"should raise {case.raises} here ({case.note or 'invalid input'}), but {got}"
+            return v
+        if outcome.status == "raised" and outcome.error_type == "ForbiddenCall":
+            v.message = ("called a function graded code may not use (the course package, or one "
+                         "this exercise forbids): write it with torch operations")
+            return v
+        if outcome.status == "raised":
+            text = f": {outcome.error_message}" if reveal and outcome.error_message else ""
+            v.message = f"raised {safe_error_name(outcome.error_type, reveal)}{text}"
+        else:
+            expected = self.expected(case)
+            ok, problem = compare(self.answer, expected, outcome.value, reveal)
+            if ok:
+                return Verdict(True, "correct", case.hidden, False)
+            v.message = problem
+            hint = self._mistake_hint(case, outcome.value)
+            if hint:
+                v.message += f". Hint: {hint}"
+                return v
+        if self.explain is not None:
+            try:
+                hint = self.explain(case, outcome)
+            except Exception:  # a hint must never break grading
+                hint = None
+            if hint:
+                v.message += f". Hint: {hint}"
+        return v
+
+    def _mistake_hint(self, case: Case, got: Value) -> str | None:
+        for m in self.mistakes:
+            try:
+                wrong = plain(m.wrong(*clone_args(case.args)))
+            except Exception:
+                continue
+            if compare(self.answer, wrong, got, False)[0]:
+                return m.hint
+        return None
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def clone_args(args: tuple) -> tuple:
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def plain(value) -> Value:
+    """Encode then validate: the same path a sandboxed result takes."""
+    arrays: dict = {}
+    return validate(encode(value, arrays), arrays)
+
+
+def describe_args(params: tuple[str, ...], args: tuple) -> str:
+    parts = []
+    for name, a in zip(params, args):
+        if isinstance(a, torch.Tensor):
+            if a.numel() <= 6 and a.dim() <= 1:
+                parts.append(f"{name}={a.tolist()}")
+            else:
+                parts.append(f"{name}: {tuple(a.shape)} {str(a.dtype).replace('torch.', '')}")
+        else:
+            parts.append(f"{name}={a!r}")
+    return ", ".join(parts)
+
+
+TOLERANCE = {  # (rtol, atol) per dtype
+    "float16": (1e-2, 2e-3),
+    "bfloat16": (3e-2, 1e-2),
+    "float32": (1e-4, 1e-5),
+    "float64": (1e-7, 1e-9),
+}
+
+
+def compare(answer: str, expected: Value, got: Value, reveal: bool) -> tuple[bool, str]:
+    """Return (ok, problem) for one answer of kind ``answer``."""
+    if answer == "tensor":
+        return _compare_tensor(expected, got, reveal)
+    if answer == "int":
+        return _compare_int(expected, got, reveal)
+    if answer == "shapes":
+        return _compare_shapes(expected, got, reveal)
+    raise ValueError(f"answer must be 'tensor', 'int' or 'shapes', got {answer!r}")
+
+
+def _compare_tensor(expected: Value, got: Value, reveal: bool) -> tuple[bool, str]:
+    if got.kind != "tensor":
+        extra = " (convert with torch.from_numpy)" if got.kind == "ndarray" else ""
+        return False, f"expected a torch.Tensor, got {got.describe(reveal)}{extra}"
+    e, g = expected.data, got.data
+    if e.shape != g.shape:
+        if reveal:
+            return False, f"expected shape {tuple(e.shape)}, got {tuple(g.shape)}"
+        return False, "wrong shape"
+    if expected.dtype != got.dtype:
+        if reveal:
+            return False, f"expected dtype {expected.dtype}, got {got.dtype}"
+        return False, f"wrong dtype {got.dtype}: keep the dtype this exercise asks for"
+    if e.dtype == np.bool_:
+        wrong = int(np.count_nonzero(e != g))
+        if wrong:
+            return False, (f"{wrong} of {e.size} entries are wrong" if reveal else "wrong values")
+        return True, ""
+    g64, e64 = g.astype(np.float64), e.astype(np.float64)
+    bad_nan = np.isnan(g64) & ~np.isnan(e64)
+    if bad_nan.any():
+        return False, f"the result contains NaN ({int(bad_nan.sum())} entries)"
+    rtol, atol = TOLERANCE.get(expected.dtype, (1e-5, 1e-8))
+    close = np.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True)
+    if close.all():
+        return True, ""
+    if reveal:
+        worst = float(np.nanmax(np.abs(g64 - e64)))
+        return False, f"{int((~close).sum())} of {e.size} values differ (largest difference {worst:.3g})"
+    return False, "wrong values"
+
+
+def _compare_int(expected: Value, got: Value, reveal: bool) -> tuple[bool, str]:
+    if got.kind != "int":
+        if got.kind == "float":
+            shown = f" {got.data!r}" if reveal else ""
+            return False, (f"returned the float{shown}; return an int "
+                           "(integer division // keeps integers integers)")
+        if got.kind == "tensor":
+            return False, "returned a tensor; return a python int (int(...) converts it)"
+        return False, f"expected an int, got {got.describe(reveal)}"
+    if got.data == expected.data:
+        return True, ""
+    return False, (f"expected {expected.data:,}, got {got.data:,}" if reveal else "wrong value")
+
+
+def _compare_shapes(expected: Value, got: Value, reveal: bool) -> tuple[bool, str]:
+    if got.kind != "dict":
+        return False, f"expected a dict, got {got.describe(reveal)}"
+    have = {}
+    for k, v in got.data:
+        if k.kind == "str":
+            have[k.data] = v
+    for key, want in expected.data:
+        name = key.data
+        if name not in have:
+            return False, f"the dict has no key {name!r}"
+        v = have[name]
+        if v.kind not in ("tuple", "list") or not all(x.kind == "int" for x in v.data):
+            return False, f"{name!r} should be a tuple of ints, got {v.describe(reveal)}"
+        got_t = tuple(x.data for x in v.data)
+        want_t = tuple(x.data for x in want.data)
+        if got_t != want_t:
+            return False, (f"{name!r}: expected {want_t}, got {got_t}" if reveal else f"{name!r} is wrong")
+    return True, ""
+
+
+def safe_error_name(name: str, reveal: bool) -> str:
+    """An exception's type name, unless it is not a builtin one and may not be revealed
+    (a class made at run time could carry data in its name)."""
+    import builtins
+
+    if reveal or name == "ForbiddenCall":
+        return name
+    obj = getattr(builtins, name, None)
+    return name if isinstance(obj, type) and issubclass(obj, BaseException) else "an exception"
+
+
+# ----------------------------------------------------------------------------- forbidden
+
+DYNAMIC = {"eval", "exec", "compile", "__import__", "importlib", "globals", "vars",
+           "__builtins__", "__dict__", "__globals__", "modules", "getattr", "setattr"}
+
+
+def forbidden_uses(tree: ast.AST, forbidden: tuple[str, ...]) -> list[str]:
+    """Names in ``tree`` that reach a forbidden function (static, on the source).
+
+    ``forbidden`` holds dotted names; ``"mha"`` forbids the whole course package.
+    Dynamic lookups (getattr, eval, importlib, ...) are reported too, since they
+    could hide a forbidden call.
+    """
+    if not forbidden:
+        return []
+    leaves = {f.rsplit(".", 1)[-1] for f in forbidden if f != "mha"}
+    modules = {f for f in forbidden}
+    found: list[str] = []
+
+    def add(what: str):
+        if what not in found:
+            found.append(what)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if node.id in leaves:
+                add(node.id)
+            elif node.id in DYNAMIC:
+                add(f"{node.id} (dynamic lookups are not allowed here)")
+            elif node.id == "mha" and "mha" in modules:
+                add("the mha package")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in leaves:
+                add(node.attr)
+            elif node.attr in DYNAMIC:
+                add(f"{node.attr} (dynamic lookups are not allowed here)")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            mod = node.module if isinstance(node, ast.ImportFrom) else None
+            names = [a.name for a in node.names]
+            for full in ([mod] if mod else []) + names:
+                if full and ("mha" in modules and (full == "mha" or full.startswith("mha."))
+                             and full != "mha.exercises"):
+                    add("the mha package")
+                if full and any(full == f or full.startswith(f + ".") for f in modules):
+                    add(full)
+            for n in names:
+                if n in leaves:
+                    add(n)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for leaf in leaves:
+                if leaf in node.value and len(leaf) > 6:
+                    add(f"{leaf} (named in a string)")
+    return found
+
+
+__all__ = ["Case", "Mistake", "Outcome", "Verdict", "Exercise", "compare", "plain",
+           "describe_args", "forbidden_uses", "MalformedResult"]

@@ -1,0 +1,127 @@
+"""Exercises of lesson 02, dimension math: splitting and merging heads, and the shapes."""
+
+from __future__ import annotations
+
+import torch
+
+from ._core import Case, Exercise, Mistake
+from .heads import _int, _randn
+
+
+# ---------------------------------------------------------------- 4. split heads
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, T, C) -> (B, h, T, C // h): view as (B, T, h, d), then swap T and h."""
+    B, T, C = x.shape
+    return x.view(B, T, num_heads, C // num_heads).transpose(1, 2)
+
+
+def _split_public(g):
+    return [Case((_randn(g, 2, 5, 8), 2)), Case((_randn(g, 1, 3, 12, dtype=torch.float64), 4)),
+            Case((_randn(g, 3, 4, 6), 1))]
+
+
+def _split_hidden(g):
+    cases = []
+    for _ in range(3):
+        h, d = _int(g, 2, 5), _int(g, 1, 4)
+        cases.append(Case((_randn(g, _int(g, 1, 3), _int(g, 2, 6), h * d), h)))
+    return cases
+
+
+def _split_explain(case, outcome):
+    x, h = case.args
+    if outcome.status == "value" and outcome.value.kind == "tensor":
+        B, T, C = x.shape
+        if tuple(outcome.value.data.shape) == (B, T, h, C // h) and h != T:
+            return "the view gives (B, T, h, d); transpose the T and h axes to get (B, h, T, d)"
+    return None
+
+
+SPLIT = Exercise(
+    id="dims.split_heads", title="Split the heads", lesson="02-dimension-math",
+    function="split_heads", params=("x", "num_heads"), points=3,
+    reference=split_heads, public=_split_public, hidden=_split_hidden, public_seed=201,
+    mistakes=(
+        Mistake("a direct view or reshape to (B, h, T, d) scrambles tokens across heads: "
+                "view as (B, T, h, d) first, then transpose(1, 2)",
+                lambda x, h: x.reshape(x.shape[0], h, x.shape[1], x.shape[2] // h)),
+        Mistake("head i owns channels i*d to (i+1)*d - 1: view as (B, T, h, d), not (B, T, d, h)",
+                lambda x, h: x.reshape(x.shape[0], x.shape[1], x.shape[2] // h, h).permute(0, 3, 1, 2)),
+    ),
+    forbidden=("mha",), explain=_split_explain,
+)
+
+
+# ---------------------------------------------------------------- 5. merge heads
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, h, T, d) -> (B, T, h * d), the exact inverse of split_heads."""
+    B, h, T, d = x.shape
+    return x.transpose(1, 2).contiguous().view(B, T, h * d)
+
+
+def _merge_public(g):
+    return [Case((_randn(g, 2, 2, 5, 4),)), Case((_randn(g, 1, 3, 2, 4, dtype=torch.float64),)),
+            Case((_randn(g, 2, 4, 3, 1),))]
+
+
+def _merge_hidden(g):
+    return [Case((_randn(g, _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 6), _int(g, 1, 4)),)) for _ in range(3)]
+
+
+MERGE = Exercise(
+    id="dims.merge_heads", title="Merge the heads", lesson="02-dimension-math",
+    function="merge_heads", params=("x",), points=3,
+    reference=merge_heads, public=_merge_public, hidden=_merge_hidden, public_seed=202,
+    mistakes=(
+        Mistake("transpose back to (B, T, h, d) before the view to (B, T, h * d); a direct "
+                "reshape mixes tokens", lambda x: x.reshape(x.shape[0], x.shape[2], -1)),
+    ),
+    forbidden=("mha",),
+)
+
+
+# ---------------------------------------------------------------- 6. shapes
+
+def shapes(batch: int, seq_len: int, embed_dim: int, num_heads: int) -> dict:
+    """The shapes inside multi-head self-attention, as tuples of ints."""
+    if embed_dim % num_heads != 0:
+        raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}")
+    B, T, C, h = batch, seq_len, embed_dim, num_heads
+    return {"qkv": (B, T, 3 * C), "q_heads": (B, h, T, C // h), "scores": (B, h, T, T), "merged": (B, T, C)}
+
+
+def _shapes_wrong(*, heads_full=False, no_head_axis=False):
+    def wrong(B, T, C, h):
+        return {"qkv": (B, T, 3 * C), "q_heads": (B, h, T, C if heads_full else C // h),
+                "scores": (B, T, T) if no_head_axis else (B, h, T, T), "merged": (B, T, C)}
+    return wrong
+
+
+def _shapes_public(g):
+    return [Case((2, 5, 8, 2)), Case((1, 10, 512, 8)), Case((2, 5, 10, 3), raises="ValueError",
+                                                            note="embed_dim=10 is not divisible by num_heads=3")]
+
+
+def _shapes_hidden(g):
+    h = _int(g, 2, 12)
+    h2 = _int(g, 3, 7)
+    return [Case((_int(g, 1, 8), _int(g, 2, 64), h * _int(g, 1, 64), h)),
+            Case((_int(g, 1, 8), _int(g, 2, 64), 64 * h2, h2)),
+            Case((_int(g, 1, 8), _int(g, 2, 64), h2 * _int(g, 2, 30) + 1, h2), raises="ValueError",
+                 note="embed_dim not divisible by num_heads")]
+
+
+SHAPES = Exercise(
+    id="dims.shapes", title="Every shape in one place", lesson="02-dimension-math",
+    function="shapes", params=("batch", "seq_len", "embed_dim", "num_heads"), points=3,
+    reference=shapes, public=_shapes_public, hidden=_shapes_hidden, answer="shapes", public_seed=203,
+    mistakes=(
+        Mistake("each head has width embed_dim // num_heads", _shapes_wrong(heads_full=True)),
+        Mistake("every head has its own (T, T) score matrix: (B, h, T, T)", _shapes_wrong(no_head_axis=True)),
+    ),
+    forbidden=("mha",),
+)
+
+EXERCISES = (SPLIT, MERGE, SHAPES)

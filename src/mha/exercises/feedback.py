@@ -1,0 +1,185 @@
+"""``check(exercise_id, fn)``: instant, formative feedback inside a notebook.
+
+It runs the public checks in the student's own process, so it cannot be tamper-proof and
+does not pretend to be: it says "public checks only, not your grade". It never raises,
+so a notebook goes on running whatever the student's function does.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+
+from ._core import Exercise, Outcome, Verdict, clone_args, describe_args, forbidden_uses, plain
+
+
+@dataclass
+class CheckResult:
+    """What ``check`` found: ``passed`` of ``total`` public checks, ``score`` of
+    ``max_score`` points if the grader saw the same, and one verdict per check."""
+
+    exercise_id: str
+    passed: int = 0
+    total: int = 0
+    score: float = 0.0
+    max_score: float = 0.0
+    attempted: bool = True
+    verdicts: list[Verdict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.attempted and self.total > 0 and self.passed == self.total and not self.problems
+
+    def __repr__(self) -> str:
+        return f"CheckResult({self.exercise_id!r}, passed={self.passed}/{self.total}, score={self.score})"
+
+    def _ipython_display_(self):  # the verdict was printed already; show nothing twice
+        pass
+
+
+def call_outcome(fn, args: tuple) -> Outcome:
+    """Call ``fn(*args)`` and describe what happened as an :class:`Outcome`."""
+    try:
+        value = fn(*clone_args(args))
+    except NotImplementedError:
+        return Outcome("not-attempted")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # SystemExit too: the notebook must go on
+        bases = tuple(c.__name__ for c in type(e).__mro__)
+        return Outcome("raised", error_type=type(e).__name__, error_bases=bases, error_message=str(e)[:300])
+    try:
+        return Outcome("value", value=plain(value))
+    except Exception as e:  # a value that cannot even be encoded
+        return Outcome("raised", error_type="UnreadableResult", error_message=str(e)[:300])
+
+
+def check(exercise_id: str, fn) -> CheckResult:
+    """Run the public checks of ``exercise_id`` on ``fn`` and print a verdict per check.
+
+    Public checks only, not your grade: the grader also runs hidden checks. Returns a
+    :class:`CheckResult`; never raises.
+    """
+    try:
+        return _check(exercise_id, fn)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # never take the notebook down
+        print(f"check({exercise_id!r}) could not run: {type(e).__name__}: {e}")
+        return CheckResult(str(exercise_id), attempted=False, problems=[f"{type(e).__name__}: {e}"])
+
+
+def _check(exercise_id: str, fn) -> CheckResult:
+    from . import EXERCISES
+
+    if exercise_id not in EXERCISES:
+        known = ", ".join(EXERCISES)
+        print(f"There is no exercise {exercise_id!r}. Exercise ids: {known}.")
+        return CheckResult(str(exercise_id), attempted=False, problems=["unknown exercise id"])
+    ex: Exercise = EXERCISES[exercise_id]
+    result = CheckResult(ex.id, max_score=float(ex.points))
+    print(f"{ex.id} - {ex.title}: public checks only, not your grade")
+    if not callable(fn):
+        print(f"  pass the function itself, e.g. check({ex.id!r}, {ex.function}); got {type(fn).__name__}")
+        result.attempted = False
+        return result
+    sig = _signature_problem(fn, ex)
+    if sig:
+        result.problems.append(sig)
+        print(f"  ! {sig}")
+    used = _forbidden_in(fn, ex)
+    if used:
+        msg = (f"uses {', '.join(used)}, which this exercise does not allow: write it with torch "
+               "operations (the grader gives no points otherwise)")
+        result.problems.append(msg)
+        print(f"  ! {msg}")
+
+    cases = ex.public_cases()
+    outcomes = [call_outcome(fn, c.args) for c in cases]
+    if all(o.status == "not-attempted" for o in outcomes):
+        result.attempted = False
+        result.total = len(cases)
+        print(f"  not attempted yet: {ex.function} still raises NotImplementedError. "
+              f"Write it, then run this cell again.")
+        return result
+    for case, outcome in zip(cases, outcomes):
+        verdict = ex.judge(case, outcome)
+        result.verdicts.append(verdict)
+        label = describe_args(ex.params, case.args)
+        if case.note:
+            label += f" ({case.note})"
+        mark = "ok " if verdict.passed else "FAIL"
+        text = "correct" if verdict.passed else verdict.message
+        print(f"  [{mark}] {ex.function}({label}): {text}")
+    result.total = len(cases)
+    result.passed = sum(v.passed for v in result.verdicts)
+    result.score = 0.0 if used else round(ex.points * result.passed / max(result.total, 1), 2)
+    if result.passed == result.total and not used:
+        print(f"  all {result.total} public checks pass. The grader also runs hidden checks.")
+    else:
+        print(f"  {result.passed} of {result.total} public checks pass.")
+    return result
+
+
+def _signature_problem(fn, ex: Exercise) -> str | None:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return None
+    required = [p for p in positional if p.default is p.empty]
+    if len(required) > len(ex.params) or len(positional) < len(ex.params):
+        names = ", ".join(p.name for p in positional)
+        return f"expected the signature {ex.signature}, found {ex.function}({names})"
+    return None
+
+
+def _forbidden_in(fn, ex: Exercise) -> list[str]:
+    """Forbidden names in ``fn``'s source, or forbidden objects among the globals it uses."""
+    found: list[str] = []
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        found += forbidden_uses(tree, ex.forbidden)
+    except (OSError, TypeError, SyntaxError):
+        pass
+    banned = _forbidden_objects(ex.forbidden)
+    leaves = {f.rsplit(".", 1)[-1] for f in ex.forbidden}
+    for name in _code_names(getattr(fn, "__code__", None)):
+        obj = getattr(fn, "__globals__", {}).get(name)
+        hit = (obj is not None and any(obj is b for b in banned)) or name in leaves
+        if hit and name not in found and "the mha package" not in found:
+            found.append("the mha package" if name == "mha" else name)
+    return found
+
+
+def _code_names(code, depth: int = 0) -> list[str]:
+    """Global and attribute names a code object (and the functions nested in it) uses."""
+    if code is None or depth > 5:
+        return []
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names += _code_names(const, depth + 1)
+    return names
+
+
+def _forbidden_objects(forbidden: tuple[str, ...]) -> list:
+    import importlib
+
+    objs = []
+    for dotted in forbidden:
+        if dotted == "mha":
+            import mha
+            objs += [mha] + [getattr(mha, n) for n in getattr(mha, "__all__", ())]
+            continue
+        module, _, attr = dotted.rpartition(".")
+        try:
+            objs.append(getattr(importlib.import_module(module), attr))
+        except (ImportError, AttributeError, ValueError):
+            pass
+    return objs

@@ -1,0 +1,170 @@
+"""Exercises of lesson 04, causal masking: the mask, a safe masked softmax, a decoder mask."""
+
+from __future__ import annotations
+
+import torch
+
+from ._core import Case, Exercise, Mistake
+from .heads import _int, _randn
+
+
+# ---------------------------------------------------------------- 10. causal mask
+
+def causal_mask(q_len: int, k_len: int) -> torch.Tensor:
+    """Bool (q_len, k_len), True = may attend; bottom-right aligned: query i sees keys
+    j <= i + k_len - q_len (the queries are the last q_len positions)."""
+    return torch.ones(q_len, k_len, dtype=torch.bool).tril(diagonal=k_len - q_len)
+
+
+def _causal_public(g):
+    return [Case((4, 4)), Case((2, 5)), Case((1, 3))]
+
+
+def _causal_hidden(g):
+    t = _int(g, 2, 9)
+    q = _int(g, 2, 5)
+    return [Case((t, t)), Case((q, q + _int(g, 1, 6))), Case((1, _int(g, 2, 9)))]
+
+
+CAUSAL = Exercise(
+    id="masking.causal_mask", title="A causal mask", lesson="04-causal-masking",
+    function="causal_mask", params=("q_len", "k_len"), points=3,
+    reference=causal_mask, public=_causal_public, hidden=_causal_hidden, public_seed=401,
+    mistakes=(
+        Mistake("the convention here is True = may attend (as in F.scaled_dot_product_attention); "
+                "your mask has True = blocked, nn.MultiheadAttention's convention",
+                lambda q, k: ~causal_mask(q, k)),
+        Mistake("align the mask bottom-right: with fewer queries than keys, the queries are the "
+                "last positions, so query i sees keys up to i + k_len - q_len",
+                lambda q, k: torch.ones(q, k, dtype=torch.bool).tril()),
+        Mistake("a query may attend to its own position: keep the diagonal",
+                lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(diagonal=k - q - 1)),
+    ),
+    forbidden=("mha", "torch.nn.attention.bias", "causal_lower_right", "causal_upper_left"),
+)
+
+
+# ---------------------------------------------------------------- 11. masked softmax
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim where ``mask`` (bool, broadcastable, True = may attend)
+    allows; rows with nothing allowed are all zeros. Same dtype as ``scores``, never NaN."""
+    filled = scores.float().masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(filled, dim=-1)
+    return torch.nan_to_num(weights, nan=0.0).to(scores.dtype)
+
+
+def _fill_softmax(fill):
+    def wrong(scores, mask):
+        value = fill(scores.dtype) if callable(fill) else fill
+        return torch.softmax(scores.float().masked_fill(~mask, value), dim=-1).to(scores.dtype)
+    return wrong
+
+
+def _with_empty_row(mask: torch.Tensor, row: int) -> torch.Tensor:
+    mask = mask.clone()
+    mask[..., row, :] = False
+    return mask
+
+
+def _ms_public(g):
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    pad = torch.tensor([True, True, True, False, False]).view(1, 1, 1, 5).expand(2, 1, 1, 5).clone()
+    pad[1, ..., 1:] = False
+    return [
+        Case((_randn(g, 4, 4, scale=3), causal), note="causal mask, float32"),
+        Case((_randn(g, 2, 3, 3, scale=3, dtype=torch.float16), _with_empty_row(torch.ones(3, 3, dtype=torch.bool).tril(), 0)),
+             note="float16 with a row where nothing is allowed"),
+        Case((_randn(g, 2, 2, 3, 5, scale=3), pad), note="padding mask broadcast over heads and queries"),
+    ]
+
+
+def _ms_hidden(g):
+    t = _int(g, 3, 7)
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    b, h = _int(g, 1, 3), _int(g, 1, 3)
+    keep = torch.rand(b, 1, 1, t, generator=g) > 0.4
+    keep[..., 0] = True
+    return [
+        Case((_randn(g, b, h, t, t, scale=4, dtype=torch.float64), causal & keep)),
+        Case((_randn(g, h, t, t, scale=4, dtype=torch.float16), _with_empty_row(causal, _int(g, 0, t - 1)))),
+        Case((_randn(g, b, t, t, scale=4), _with_empty_row(causal.expand(b, t, t), 0))),
+    ]
+
+
+def _ms_explain(case, outcome):
+    if outcome.status == "raised" and "overflow" in outcome.error_message.lower():
+        return ("-1e9 does not fit in float16 (its largest value is 65504): fill with "
+                "float('-inf') and turn the NaN of empty rows into zeros")
+    if outcome.status == "value" and outcome.value.kind == "tensor":
+        import numpy as np
+        if np.isnan(outcome.value.data.astype(np.float64)).any():
+            return ("a row where every key is masked is all -inf, and softmax of it is 0/0 = NaN: "
+                    "return zeros for such rows")
+    return None
+
+
+MASKED_SOFTMAX = Exercise(
+    id="masking.masked_softmax", title="A softmax that survives masking", lesson="04-causal-masking",
+    function="masked_softmax", params=("scores", "mask"), points=5,
+    reference=masked_softmax, public=_ms_public, hidden=_ms_hidden, public_seed=402,
+    mistakes=(
+        Mistake("the mask says True = may attend: fill the scores where the mask is False",
+                lambda s, m: masked_softmax(s, ~m)),
+        Mistake("a row with nothing allowed must be all zeros; a large negative fill value "
+                "(-1e9, finfo.min) makes it a uniform average instead",
+                _fill_softmax(-1e9)),
+    ),
+    forbidden=("mha",), explain=_ms_explain,
+)
+
+
+# ---------------------------------------------------------------- 12. decoder mask
+
+def decoder_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Bool (B, 1, max_len, max_len): key j <= query i (causal) and j < lengths[b] (not padding)."""
+    pos = torch.arange(max_len)
+    causal = pos[None, :] <= pos[:, None]                # (T, T), rows = queries
+    real = pos[None, :] < lengths[:, None]               # (B, T), keys that are real tokens
+    return (causal[None, :, :] & real[:, None, :])[:, None]  # (B, 1, T, T)
+
+
+def _dm_public(g):
+    return [Case((torch.tensor([3, 5, 1]), 5)), Case((torch.tensor([2]), 2)), Case((torch.tensor([4, 2]), 6))]
+
+
+def _dm_hidden(g):
+    cases = []
+    for _ in range(3):
+        t, b = _int(g, 2, 8), _int(g, 1, 4)
+        cases.append(Case((torch.randint(1, t + 1, (b,), generator=g), t)))
+    return cases
+
+
+def _dm_explain(case, outcome):
+    lengths, t = case.args
+    if outcome.status == "value" and outcome.value.kind == "tensor":
+        if tuple(outcome.value.data.shape) == (len(lengths), t, t):
+            return "add the head axis: the mask is (B, 1, T, T) so that it broadcasts over heads"
+    return None
+
+
+DECODER = Exercise(
+    id="masking.decoder_mask", title="Causal and padding together", lesson="04-causal-masking",
+    function="decoder_mask", params=("lengths", "max_len"), points=4,
+    reference=decoder_mask, public=_dm_public, hidden=_dm_hidden, public_seed=403,
+    mistakes=(
+        Mistake("True = may attend: a key is allowed when it is not in the future AND not padding",
+                lambda l, t: ~decoder_mask(l, t)),
+        Mistake("combine the causal mask with the padding mask (keys j >= lengths[b] are padding)",
+                lambda l, t: torch.ones(t, t, dtype=torch.bool).tril().expand(len(l), 1, t, t)),
+        Mistake("combine the padding mask with the causal mask (key j must not come after query i)",
+                lambda l, t: (torch.arange(t)[None, :] < l[:, None])[:, None, None, :].expand(len(l), 1, t, t)),
+        Mistake("padding hides keys, the columns: index it by key position j, not query position i",
+                lambda l, t: (torch.ones(t, t, dtype=torch.bool).tril()[None]
+                              & (torch.arange(t)[None, :] < l[:, None])[:, :, None])[:, None]),
+    ),
+    forbidden=("mha",), explain=_dm_explain,
+)
+
+EXERCISES = (CAUSAL, MASKED_SOFTMAX, DECODER)

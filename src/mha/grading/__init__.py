@@ -1,0 +1,8 @@
+"""The batch grader: student code runs in a separate, limited process; the trusted parent
+makes the inputs, computes the expected answers, compares and writes every report.
+
+Modules: ``extract`` (read notebooks, keep what the exercises need), ``plain`` (the data
+that may cross back), ``worker`` (the sandboxed side), ``sandbox`` (starting and watching
+workers), ``grader`` (scoring), ``reports`` (table, JSON, CSV, Gradescope),
+``autograder`` (the Gradescope zip). See book/grading.md.
+"""

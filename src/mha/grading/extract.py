@@ -1,0 +1,234 @@
+"""Read a submission and keep only the code its exercise functions need.
+
+A submission is a Jupyter notebook (.ipynb), a MyST/jupytext Markdown notebook (.md),
+a Python file (.py), or a folder of those. Grading runs the imports, function and class
+definitions, and simple assignments that the exercise functions reach, in notebook
+order; the lesson's demos, plots and ``check(...)`` calls never run, so a submission
+grades in seconds.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUFFIXES = (".ipynb", ".md", ".py")
+MAX_BYTES = 5_000_000
+
+
+class UnreadableSubmission(ValueError):
+    """The file is not a notebook, Markdown notebook or Python file we can read."""
+
+
+@dataclass
+class Submission:
+    student: str
+    path: Path
+    cells: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def student_name(path: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9_.@-]+", "_", path.stem if path.is_file() else path.name) or "submission"
+
+
+def read_submission(path) -> Submission:
+    """Read the code cells of a submission; ``error`` says why when it cannot be read."""
+    path = Path(path)
+    sub = Submission(student_name(path), path)
+    try:
+        files = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES) if path.is_dir() else [path]
+        if not files:
+            raise UnreadableSubmission(f"no {', '.join(SUFFIXES)} file in the folder {path.name}")
+        for f in files:
+            sub.cells += read_cells(f)
+    except UnreadableSubmission as e:
+        sub.error = str(e)
+    except OSError as e:
+        sub.error = f"cannot read {path.name}: {e.strerror or e}"
+    return sub
+
+
+def read_cells(path: Path) -> list[str]:
+    if path.stat().st_size > MAX_BYTES:
+        raise UnreadableSubmission(f"{path.name} is larger than {MAX_BYTES // 1_000_000} MB")
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    if path.suffix == ".ipynb":
+        return notebook_cells(text, path.name)
+    if path.suffix == ".md":
+        return markdown_cells(text)
+    if path.suffix == ".py":
+        return [text]
+    raise UnreadableSubmission(f"{path.name}: expected a .ipynb, .md or .py file")
+
+
+def notebook_cells(text: str, name: str = "notebook") -> list[str]:
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UnreadableSubmission(f"{name} is not a Jupyter notebook (not JSON: {e.msg}, line {e.lineno})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise UnreadableSubmission(f"{name} is not a Jupyter notebook (no list of cells)")
+    cells = []
+    for cell in nb["cells"]:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        if isinstance(src, list):
+            src = "".join(s for s in src if isinstance(s, str))
+        if isinstance(src, str):
+            cells.append(src)
+    return cells
+
+
+_FENCE = re.compile(r"^(`{3,}|~{3,})\s*\{code-cell\}")
+
+
+def markdown_cells(text: str) -> list[str]:
+    """Code cells of a MyST Markdown notebook (```{code-cell} blocks, options skipped)."""
+    cells, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, body, i = m.group(1), [], i + 1
+        while i < len(lines) and not lines[i].startswith(fence):
+            body.append(lines[i])
+            i += 1
+        i += 1
+        if body and body[0].strip() == "---":  # YAML options block
+            end = next((j for j in range(1, len(body)) if body[j].strip() == "---"), 0)
+            body = body[end + 1:]
+        while body and re.match(r"^:[\w-]+:", body[0]):  # short options
+            body = body[1:]
+        cells.append("\n".join(body))
+    return cells
+
+
+# ----------------------------------------------------------------------------- pruning
+
+_MAGIC = re.compile(r"^\s*[%!]")
+
+
+def parse_cells(cells: list[str]) -> tuple[list[ast.stmt], list[str]]:
+    """Top-level statements of every cell that parses, and a note per cell that does not."""
+    stmts, notes = [], []
+    for n, cell in enumerate(cells, 1):
+        src = "\n".join("pass" if _MAGIC.match(line) else line for line in cell.splitlines())
+        try:
+            tree = ast.parse(src)
+        except SyntaxError as e:
+            notes.append(f"code cell {n} has a syntax error (line {e.lineno}: {e.msg}); it was skipped")
+            continue
+        stmts += tree.body
+    return stmts, notes
+
+
+def _binds(stmt: ast.stmt) -> set[str]:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, ast.Import):
+        return {(a.asname or a.name.split(".")[0]) for a in stmt.names}
+    if isinstance(stmt, ast.ImportFrom):
+        return {(a.asname or a.name) for a in stmt.names}
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        names = set()
+        stack = list(targets)
+        while stack:  # x = ..., x, y = ..., [x, *y] = ...; not obj.attr = ... or d[k] = ...
+            t = stack.pop()
+            if isinstance(t, ast.Name):
+                names.add(t.id)
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                stack += t.elts
+            elif isinstance(t, ast.Starred):
+                stack.append(t.value)
+        return names
+    return set()
+
+
+def _uses(stmt: ast.stmt) -> set[str]:
+    """Names a statement reads from the notebook's top level.
+
+    For a function, that is its free names: a parameter or a name the function assigns is
+    local to it (Python's rule), so a top-level variable of the same name is not needed.
+    """
+    loads = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        local = {a.arg for a in ast.walk(stmt) if isinstance(a, ast.arg)}
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                local.add(n.id)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not stmt:
+                local.add(n.name)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                local |= _binds(n)
+            elif isinstance(n, ast.ExceptHandler) and n.name:
+                local.add(n.name)
+        declared_global = {g for n in ast.walk(stmt) if isinstance(n, ast.Global) for g in n.names}
+        loads -= local - declared_global
+    return loads
+
+
+def closure(stmts: list[ast.stmt], names: set[str]) -> list[ast.stmt]:
+    """The statements (in order) that bind ``names`` or anything those statements use."""
+    keep_kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                  ast.Assign, ast.AnnAssign)
+    candidates = [s for s in stmts if isinstance(s, keep_kinds)]
+    needed, kept = set(names), set()
+    changed = True
+    while changed:
+        changed = False
+        for i, s in enumerate(candidates):
+            if i in kept:
+                continue
+            star = isinstance(s, ast.ImportFrom) and any(a.name == "*" for a in s.names)
+            if star or _binds(s) & needed:
+                kept.add(i)
+                needed |= _uses(s)
+                changed = True
+    return [s for i, s in enumerate(candidates) if i in kept]
+
+
+@dataclass
+class FunctionInfo:
+    name: str
+    found: bool
+    problem: str | None = None       # missing, wrong signature
+    statements: list[ast.stmt] = field(default_factory=list)
+
+
+def find_function(stmts: list[ast.stmt], name: str, params: tuple[str, ...],
+                  taken: frozenset[str] = frozenset()) -> FunctionInfo:
+    """Find ``name`` among the statements; ``taken`` names (other exercises' functions)
+    are never suggested as a misspelling of it."""
+    binders = [s for s in stmts if name in _binds(s)]
+    if not binders:
+        defined = sorted({s.name for s in stmts if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                         - set(taken))
+        close = difflib.get_close_matches(name, defined, n=1, cutoff=0.6)
+        extra = f"; found {close[0]}(...) - rename it to {name}" if close else ""
+        return FunctionInfo(name, False, f"no function {name}({', '.join(params)}) in the submission{extra}")
+    info = FunctionInfo(name, True, statements=closure(stmts, {name}))
+    last = binders[-1]
+    if isinstance(last, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        a = last.args
+        positional = a.posonlyargs + a.args
+        n_defaults = len(a.defaults)
+        required = len(positional) - n_defaults
+        if a.vararg is None and (len(positional) < len(params) or required > len(params)):
+            found = ", ".join(x.arg for x in positional)
+            info.problem = f"expected the signature {name}({', '.join(params)}), found {name}({found})"
+        elif isinstance(last, ast.AsyncFunctionDef):
+            info.problem = f"{name} is async; write a plain def"
+    return info
+
+
+def program(stmts: list[ast.stmt], names: set[str]) -> str:
+    """The source the worker runs: the closure of ``names``, in notebook order."""
+    return ast.unparse(ast.Module(body=closure(stmts, names), type_ignores=[]))

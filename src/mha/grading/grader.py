@@ -1,0 +1,321 @@
+"""Grade submissions: the trusted parent.
+
+For each submission the grader
+1. reads the notebook and keeps only what the exercise functions need (``extract``);
+2. refuses, without running them, functions that are missing, have the wrong signature,
+   or name a function the exercise forbids;
+3. makes the inputs: the public checks, plus hidden ones from a fresh random seed;
+4. runs the functions in a sandboxed worker (``sandbox``), which leaves plain data only;
+5. after the worker is gone, computes the expected answers with the reference
+   implementation, compares, and scores each check (partial credit).
+
+Feedback never quotes hidden inputs, expected values, the student's own output values
+or exception texts (those could carry data read from disk), nor reference code.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import queue
+import re
+import secrets
+import shutil
+import stat
+import tempfile
+import threading
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mha.exercises import Exercise, Outcome, Verdict, select
+from mha.exercises._core import forbidden_uses
+
+from . import extract, sandbox
+from .plain import MalformedResult, encode, validate
+
+MAX_RESULT_BYTES = 32 << 20
+
+
+@dataclass
+class CheckReport:
+    name: str
+    passed: bool
+    message: str
+    hidden: bool
+
+
+@dataclass
+class ExerciseReport:
+    id: str
+    title: str
+    function: str
+    score: float
+    max_score: float
+    status: str        # graded, not attempted, missing, wrong signature, forbidden, timeout, crashed, unreadable
+    message: str = ""
+    checks: list[CheckReport] = field(default_factory=list)
+
+
+@dataclass
+class SubmissionReport:
+    student: str
+    path: str
+    score: float = 0.0
+    max_score: float = 0.0
+    exercises: list[ExerciseReport] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self):
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------- one submission
+
+def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: sandbox.Limits | None = None,
+                     seed: int | None = None, tmp_root: str | None = None, slot: int = 0) -> SubmissionReport:
+    """Grade one submission file or folder. Never raises for anything the submission does."""
+    t0 = time.monotonic()
+    exercises = exercises or select()
+    limits = limits or sandbox.Limits()
+    seed = secrets.randbits(62) if seed is None else seed
+    sub = extract.read_submission(path)
+    report = SubmissionReport(sub.student, str(path), max_score=float(sum(e.points for e in exercises)))
+    if sub.error:
+        report.notes.append(sub.error)
+        report.exercises = [_zero(e, "unreadable", sub.error) for e in exercises]
+        report.seconds = round(time.monotonic() - t0, 2)
+        return report
+    stmts, notes = extract.parse_cells(sub.cells)
+    report.notes += notes
+    if not sub.cells:
+        report.notes.append("the submission has no code cells")
+
+    to_run: list[tuple[int, Exercise, list]] = []
+    results: dict[int, ExerciseReport] = {}
+    from mha.exercises import EXERCISES
+
+    taken = frozenset(e.function for e in EXERCISES.values())
+    for i, ex in enumerate(exercises):
+        info = extract.find_function(stmts, ex.function, ex.params, taken)
+        if not info.found:
+            results[i] = _zero(ex, "missing", info.problem)
+            continue
+        if info.problem:
+            results[i] = _zero(ex, "wrong signature", info.problem)
+            continue
+        used = forbidden_uses(ast.Module(body=info.statements, type_ignores=[]), ex.forbidden)
+        if used:
+            results[i] = _zero(ex, "forbidden", f"{ex.function} uses {', '.join(used)}, which this exercise "
+                               "does not allow: write it with torch operations")
+            continue
+        cases = ex.public_cases() + ex.hidden_cases((seed + 7919 * (i + 1)) % (1 << 62))
+        to_run.append((i, ex, cases))
+
+    if to_run:
+        base = Path(tmp_root or tempfile.gettempdir())
+        jobdir = Path(tempfile.mkdtemp(prefix="job-", dir=base))
+        try:
+            _prepare(jobdir, stmts, to_run)
+            user = sandbox.unprivileged_user(slot)
+            hide = sandbox.hidden_candidates([*sandbox.course_dirs(), str(Path(path).resolve().parent)])
+            jobs = [{"index": i, "function": ex.function, "traps": _traps(ex)} for i, ex, _ in to_run]
+            run = sandbox.run_job(jobdir, jobs, limits, hide=hide, user=user)
+            load = _read_json(jobdir / "out" / "load.json")
+            for err in (load or {}).get("errors", [])[:5] if isinstance(load, dict) else []:
+                if isinstance(err, str):
+                    report.notes.append("outside the functions, " + _safe_load_error(err))
+            for i, ex, cases in to_run:
+                status = run.status.get(i, "no result")
+                if status != "done":
+                    kind = "timeout" if "timed out" in status or "time limit" in status else "crashed"
+                    results[i] = _zero(ex, kind, status)
+                    continue
+                results[i] = _judge(ex, cases, jobdir / "out", i)
+        finally:
+            if not os.environ.get("MHA_GRADER_KEEP"):
+                shutil.rmtree(jobdir, ignore_errors=True)
+
+    report.exercises = [results[i] for i in range(len(exercises))]
+    report.score = round(sum(e.score for e in report.exercises), 2)
+    report.seconds = round(time.monotonic() - t0, 2)
+    return report
+
+
+def _zero(ex: Exercise, status: str, message: str) -> ExerciseReport:
+    return ExerciseReport(ex.id, ex.title, ex.function, 0.0, float(ex.points), status, message)
+
+
+def _traps(ex: Exercise) -> list[str]:
+    return [f for f in ex.forbidden if "." in f and not f.startswith("mha")]
+
+
+def _prepare(jobdir: Path, stmts, to_run) -> None:
+    os.chmod(jobdir, 0o755)
+    (jobdir / "in").mkdir()
+    names = {ex.function for _, ex, _ in to_run}
+    (jobdir / "submission.py").write_text(extract.program(stmts, names), encoding="utf-8")
+    for i, ex, cases in to_run:
+        arrays: dict = {}
+        spec = {"cases": [[encode(a, arrays) for a in c.args] for c in cases]}
+        (jobdir / "in" / f"{i}.json").write_text(json.dumps(spec))
+        np.savez(jobdir / "in" / f"{i}.npz", **arrays)
+
+
+def _safe_load_error(err: str) -> str:
+    """'line N: Type: message' -> keep the message only for a missing module."""
+    m = re.match(r"line (\d+): (\w+): (.*)$", err, re.S)
+    if not m:
+        return "a statement failed"
+    line, typ, msg = m.groups()
+    if typ in ("ModuleNotFoundError", "ImportError") and re.fullmatch(r"No module named '[\w.]+'", msg):
+        return f"statement {line} of the graded code raised {typ}: {msg}"
+    from mha.exercises._core import safe_error_name
+    return f"statement {line} of the graded code raised {safe_error_name(typ, False)}"
+
+
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """Read a regular file written by the worker, refusing links, FIFOs and huge files."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+def _read_json(path: Path):
+    data = _read_regular(path, MAX_RESULT_BYTES)
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _read_arrays(path: Path) -> dict:
+    data = _read_regular(path, MAX_RESULT_BYTES)
+    if data is None:
+        raise MalformedResult("no arrays file")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            if sum(i.file_size for i in z.infolist()) > MAX_RESULT_BYTES:
+                raise MalformedResult("arrays too large")
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except MalformedResult:
+        raise
+    except Exception as e:  # zipfile/numpy errors on forged files
+        raise MalformedResult(f"unreadable arrays ({type(e).__name__})") from None
+
+
+def _outcomes(obj, arrays, n: int) -> list[Outcome]:
+    if not isinstance(obj, dict) or not isinstance(obj.get("results"), list) or len(obj["results"]) != n:
+        raise MalformedResult("wrong number of results")
+    outs = []
+    for r in obj["results"]:
+        s = r.get("s") if isinstance(r, dict) else None
+        if s == "value":
+            outs.append(Outcome("value", value=validate(r.get("v"), arrays)))
+        elif s == "raised":
+            typ, bases = r.get("type"), r.get("bases")
+            if not isinstance(typ, str) or not isinstance(bases, list):
+                raise MalformedResult("bad exception record")
+            outs.append(Outcome("raised", error_type=typ[:100],
+                                error_bases=tuple(b for b in bases if isinstance(b, str))[:12],
+                                error_message=str(r.get("msg", ""))[:300]))
+        elif s == "not-attempted":
+            outs.append(Outcome("not-attempted"))
+        elif s == "missing":
+            outs.append(Outcome("missing", reason="the function is not defined after loading the code"))
+        else:
+            raise MalformedResult("unknown result kind")
+    return outs
+
+
+def _judge(ex: Exercise, cases, out: Path, i: int) -> ExerciseReport:
+    try:
+        outcomes = _outcomes(_read_json(out / f"{i}.json"), _read_arrays(out / f"{i}.npz"), len(cases))
+    except MalformedResult as e:
+        return _zero(ex, "unreadable", f"the result could not be read back ({e}); no points")
+    if all(o.status == "not-attempted" for o in outcomes):
+        return _zero(ex, "not attempted", f"{ex.function} still raises NotImplementedError")
+    if outcomes and all(o.status == "missing" for o in outcomes):
+        return _zero(ex, "missing", outcomes[0].reason)
+    checks, value_ok = [], False
+    n_public = sum(not c.hidden for c in cases)
+    for k, (case, outcome) in enumerate(zip(cases, outcomes)):
+        v: Verdict = ex.judge(case, outcome, reveal=False)
+        name = (f"hidden check {k - n_public + 1}" if case.hidden else f"public check {k + 1}")
+        checks.append(CheckReport(name, v.passed, "correct" if v.passed else v.message, case.hidden))
+        value_ok |= v.passed and not v.raises
+    # Raising on bad input earns points only from a function that also computes something right.
+    for case, c in zip(cases, checks):
+        if case.raises and c.passed and not value_ok:
+            c.passed, c.message = False, "counts once the function returns correct values"
+    passed = sum(c.passed for c in checks)
+    score = round(ex.points * passed / len(checks), 2)
+    msg = f"{passed} of {len(checks)} checks pass"
+    return ExerciseReport(ex.id, ex.title, ex.function, score, float(ex.points), "graded", msg, checks)
+
+
+# ----------------------------------------------------------------------------- many submissions
+
+def expand(paths) -> list[Path]:
+    """Submissions from the command line: files as given; a folder holding notebooks is one
+    submission per notebook unless it is a student folder of several lessons (use --by-folder)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files = sorted(f for f in p.iterdir() if f.suffix in extract.SUFFIXES and f.is_file())
+            out += files or [p]
+        else:
+            out.append(p)
+    return out
+
+
+def grade_many(paths, exercises=None, *, limits=None, jobs: int = 2, seed: int | None = None,
+               on_done=None) -> list[SubmissionReport]:
+    """Grade several submissions ``jobs`` at a time; ``on_done(report, n_done, n_total)``
+    is called as each finishes. Reports come back in the order of ``paths``."""
+    paths = list(paths)
+    exercises = exercises or select()
+    tmp_root = tempfile.mkdtemp(prefix="mha-grade-")
+    os.chmod(tmp_root, 0o711)  # the worker can reach its own job folder but not list the others
+    lock = threading.Lock()
+    done = [0]
+    slots: queue.Queue = queue.Queue()
+    for n in range(max(1, jobs)):
+        slots.put(n)
+
+    def one(path):
+        slot = slots.get()
+        try:
+            r = grade_submission(path, exercises, limits=limits, seed=seed, tmp_root=tmp_root, slot=slot)
+        finally:
+            slots.put(slot)
+        with lock:
+            done[0] += 1
+            if on_done:
+                on_done(r, done[0], len(paths))
+        return r
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            return list(pool.map(one, paths))
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)

@@ -1,0 +1,269 @@
+"""Start the worker in a limited child process and watch it: the trusted side's half.
+
+The grader writes a job folder (config, inputs, the pruned submission), starts
+``worker.py`` in its own session with a scrubbed environment, and follows the progress
+lines it writes on a pipe. An exercise that runs past its time limit, or a worker that
+dies, costs only the exercise that was running: the process group is killed and a fresh
+worker carries on with the exercises left. Nothing the worker prints is read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+@dataclass
+class Limits:
+    """Limits for one submission. Times in seconds, sizes in bytes."""
+
+    exercise_s: float = 10.0       # wall clock per exercise
+    startup_s: float = 60.0        # wall clock to start Python, import torch and load the code
+    submission_s: float = 120.0    # wall clock for the whole submission, restarts included
+    cpu_s: int = 120               # RLIMIT_CPU of each worker
+    memory_bytes: int = 3 << 30    # RLIMIT_AS (torch alone reserves about 1 GB of address space)
+    processes: int = 256           # RLIMIT_NPROC (counts the threads of the unprivileged user)
+    file_bytes: int = 16 << 20     # RLIMIT_FSIZE
+
+    def as_dict(self):
+        return {"cpu_s": int(self.cpu_s), "memory_bytes": int(self.memory_bytes),
+                "processes": int(self.processes), "file_bytes": int(self.file_bytes)}
+
+
+@dataclass
+class RunReport:
+    """What happened to each exercise index: "done", or a reason why it has no result."""
+
+    status: dict[int, str] = field(default_factory=dict)
+    restarts: int = 0
+
+
+FIRST_UID = 62000  # workers grading at the same time run as 62000, 62001, ...
+
+
+def unprivileged_user(slot: int = 0) -> tuple[int, int] | None:
+    """(uid, gid) for the worker in grading slot ``slot`` when we run as root, else None
+    (no change of user). Each slot has its own uid, so that one submission's fork bomb
+    (RLIMIT_NPROC counts per user) or signals cannot reach another's worker; the group is
+    ``nogroup``/``nobody``'s."""
+    if os.getuid() != 0:
+        return None
+    try:
+        gid = pwd.getpwnam("nobody").pw_gid
+    except KeyError:
+        gid = 65534
+    return FIRST_UID + slot, gid
+
+
+def site_dirs() -> list[str]:
+    """Folders the worker needs on sys.path: where numpy and torch are installed."""
+    import numpy
+    import torch
+
+    dirs = []
+    for mod in (torch, numpy):
+        d = str(Path(mod.__file__).resolve().parent.parent)
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def package_dir() -> str:
+    import mha
+
+    return str(Path(mha.__file__).resolve().parent)
+
+
+def course_dirs() -> list[str]:
+    """What the worker must not see: the installed package (reference solutions live in
+    mha.exercises) and, in a source checkout, the folders that hold lessons with their
+    solutions, tests and fixtures."""
+    pkg = Path(package_dir())
+    dirs = [str(pkg)]
+    root = pkg.parent.parent
+    if pkg.parent.name == "src" and (root / "pyproject.toml").is_file():
+        dirs += [str(root / d) for d in ("src", "lessons", "tests", "book", "_build", "benchmarks")
+                 if (root / d).is_dir()]
+    return dirs
+
+
+SYSTEM = {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin", "sys", "usr", "var"}
+
+
+def hidden_candidates(extra: list[str]) -> list[str]:
+    """Folders the worker covers: every top-level folder that is not part of the system
+    (/tmp, /home, /root, /opt, /srv, project folders...), /var/tmp, /dev/shm, and ``extra``
+    (the course's own folders, the submission's folder). The worker keeps reachable what
+    it needs inside them (Python, site-packages, its job folder)."""
+    try:
+        top = [f"/{n}" for n in os.listdir("/") if n not in SYSTEM]
+    except OSError:
+        top = ["/tmp", "/home", "/root", "/opt", "/srv"]
+    return sorted(set(top + ["/var/tmp", "/dev/shm"] + list(extra)))
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home),
+            "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+
+
+def run_job(jobdir: Path, jobs: list[dict], limits: Limits, *, hide: list[str], user) -> RunReport:
+    """Run ``jobs`` (dicts with index, function, traps) in workers until each is done or
+    has a reason for having no result."""
+    report = RunReport()
+    start = time.monotonic()
+    pending = list(jobs)
+    while pending:
+        left = limits.submission_s - (time.monotonic() - start)
+        if left <= 0:
+            for j in pending:
+                report.status[j["index"]] = "the submission ran past its total time limit"
+            break
+        outcome = _one_worker(jobdir, pending, limits, hide, user, left)
+        started_any = False
+        for j in pending:
+            st = outcome.get(j["index"])
+            if st is not None:
+                report.status[j["index"]] = st
+                started_any = True
+        if not started_any:
+            reason = outcome.get(-1, "the worker stopped before running any exercise")
+            for j in pending:
+                report.status[j["index"]] = reason
+            break
+        pending = [j for j in pending if j["index"] not in report.status]
+        if pending:
+            report.restarts += 1
+    return report
+
+
+def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budget_s: float) -> dict:
+    """Start one worker for ``jobs``; return {index: "done" or reason} for the exercises it
+    reached, and {-1: reason} when it reached none."""
+    work = jobdir / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    out = jobdir / "out"
+    out.mkdir(exist_ok=True)
+    for p in (work, out):
+        if user:
+            os.chown(p, *user)
+    read_fd, write_fd = os.pipe()
+    keep = [str(jobdir), sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent),
+            *site_dirs()]
+    cfg = {"progress_fd": write_fd, "site": site_dirs(), "hide": hide, "keep": keep, "limits": limits.as_dict(),
+           "uid": user[0] if user else None, "gid": user[1] if user else None,
+           "isolate": True, "run": jobs}
+    (jobdir / "config.json").write_text(json.dumps(cfg))
+    stderr = open(jobdir / "stderr.txt", "ab")
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", "-S", str(WORKER), str(jobdir)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                                cwd=str(work), env=clean_env(work), start_new_session=True,
+                                pass_fds=(write_fd,))
+    finally:
+        os.close(write_fd)
+        stderr.close()
+    result: dict[int, str] = {}
+    inner_pid = None
+    t0 = time.monotonic()
+    deadline = t0 + min(limits.startup_s, budget_s)
+    hard_deadline = t0 + budget_s
+    current = None
+    buf = b""
+    eof = False
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline or now >= hard_deadline:
+                if current is not None:
+                    result[current] = f"timed out (limit {limits.exercise_s:g} s)"
+                elif not result:
+                    result[-1] = ("the submission's code did not finish loading in time (limit "
+                                  f"{limits.startup_s:g} s): remove long-running code outside functions")
+                break
+            if eof:
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.01)
+                continue
+            ready, _, _ = select.select([read_fd], [], [], min(0.2, max(0.0, deadline - now)))
+            if not ready:
+                if proc.poll() is not None:
+                    eof = True  # the pipe may be held open by a leftover process: stop listening
+                continue
+            chunk = os.read(read_fd, 4096)
+            if not chunk:
+                eof = True
+                continue
+            buf += chunk
+            if len(buf) > 1 << 16:  # a flood of fake progress lines: stop reading them
+                buf = b""
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                parts = line.decode("ascii", "replace").split()
+                if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                    continue
+                kind, n = parts[0], int(parts[1])
+                if kind == "P" and inner_pid is None:
+                    inner_pid = n
+                elif kind == "S" and any(j["index"] == n for j in jobs) and n not in result:
+                    current = n
+                    deadline = time.monotonic() + limits.exercise_s
+                elif kind == "D" and n == current:
+                    result[n] = "done"
+                    current = None
+                    deadline = time.monotonic() + limits.exercise_s
+        code = proc.poll()
+        if current is not None and current not in result:
+            why = _exit_reason(code)
+            result[current] = f"the process ended while this exercise ran ({why})"
+        elif not result and -1 not in result:
+            result[-1] = f"the submission could not be loaded ({_exit_reason(code)})"
+    finally:
+        _kill(proc, inner_pid)
+        os.close(read_fd)
+    return result
+
+
+def _exit_reason(code) -> str:
+    if code is None:
+        return "still running, killed"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _kill(proc: subprocess.Popen, inner_pid: int | None) -> None:
+    """Kill the worker's process group and the PID-1 of its namespace (taking every
+    process in that namespace with it), then reap."""
+    for target in (("group", proc.pid), ("pid", inner_pid)):
+        kind, pid = target
+        if pid is None:
+            continue
+        try:
+            if kind == "group":
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        pass

@@ -1,0 +1,315 @@
+"""The sandboxed side of the grader: runs a submission's functions on given inputs.
+
+Started by :mod:`mha.grading.sandbox` as ``python -I -S worker.py JOBDIR``. Everything
+here is trusted only until the student's code is loaded; after that the process is
+assumed hostile, which is why it may only leave plain data behind (``out/<i>.json`` and
+``out/<i>.npz``) and why the grader, not this process, decides what any of it is worth.
+
+Order of events:
+1. read ``JOBDIR/config.json`` (written by the grader);
+2. when root: new mount, network and PID namespaces, hide the course's files, the
+   submissions, /tmp and home folders behind empty tmpfs mounts (see ``hide``), fork so that the student's code runs as PID 1
+   of the new namespace (everything it spawns dies with it), mount a fresh /proc;
+3. resource limits (CPU, address space, processes, file size, no core dumps);
+4. when root: drop to an unprivileged user;
+5. import numpy and torch, make ``mha`` importable only as a stub whose functions raise;
+6. run the submission's kept statements, then each exercise's cases, reporting progress
+   (``S i`` / ``D i``) on a pipe so that the grader can enforce per-exercise time limits.
+
+This file imports nothing from the course package, so it can run while that is hidden.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+
+CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
+
+
+class ForbiddenCall(RuntimeError):
+    """Raised by the stand-ins for functions an exercise may not use."""
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(libc, source, target, fstype, flags, data) -> bool:
+    enc = (lambda s: s.encode() if s is not None else None)
+    return libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) == 0
+
+
+def isolate(cfg, progress_fd: int) -> None:
+    """Namespaces, hidden paths and the PID-1 fork (root only; best effort)."""
+    libc = _libc()
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) != 0:
+        return  # no namespaces here (e.g. a container without CAP_SYS_ADMIN): limits still apply
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE, None)
+    hide(libc, cfg.get("hide", []), cfg.get("keep", []))
+    pid = os.fork()
+    if pid:  # the outer process only waits, as root, so the student cannot signal it
+        os.write(progress_fd, f"P {pid}\n".encode())
+        os.close(progress_fd)
+        for fd in (0, 1, 2):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    # PID 1 of a fresh namespace: a /proc that shows only this namespace.
+    _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+def hide(libc, candidates, keep) -> None:
+    """Cover each candidate folder with an empty tmpfs (a file with /dev/null), except the
+    folders on the way to a ``keep`` path, whose other entries are covered instead. So the
+    student's code sees the system, Python and its packages and its own job folder, and
+    not the course's sources, other submissions, or anything in /tmp or home folders."""
+    keep = [os.path.realpath(k) for k in keep]
+
+    def cover(p, depth):
+        if os.path.islink(p) or not os.path.exists(p):
+            return
+        if any(p == k or p.startswith(k.rstrip("/") + "/") for k in keep):
+            return  # a kept folder, or inside one
+        if any(k.startswith(p.rstrip("/") + "/") for k in keep):
+            if depth < 6 and os.path.isdir(p):
+                for name in os.listdir(p):
+                    cover(os.path.join(p, name), depth + 1)
+            return
+        if os.path.isdir(p):
+            _mount(libc, "tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755")
+        elif os.path.isfile(p):
+            _mount(libc, "/dev/null", p, None, MS_BIND, None)
+
+    for c in candidates:
+        cover(os.path.realpath(c), 0)
+
+
+def limit(cfg) -> None:
+    lim = cfg["limits"]
+    settings = [
+        (resource.RLIMIT_CPU, lim["cpu_s"]),
+        (resource.RLIMIT_AS, lim["memory_bytes"]),
+        (resource.RLIMIT_NPROC, lim["processes"]),
+        (resource.RLIMIT_FSIZE, lim["file_bytes"]),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    for what, value in settings:
+        try:
+            resource.setrlimit(what, (value, value))
+        except (ValueError, OSError):
+            pass
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails instead of killing us
+
+
+def drop_privileges(cfg) -> None:
+    if os.getuid() != 0 or cfg.get("uid") is None:
+        return
+    os.setgroups([])
+    os.setgid(cfg["gid"])
+    os.setuid(cfg["uid"])
+    if os.getuid() == 0:  # pragma: no cover - paranoia
+        os._exit(70)
+
+
+# Imported before the privileges go: the unprivileged user may not be able to read the
+# interpreter's own library (e.g. a Python installed under /root).
+PRELOAD = ("ast", "builtins", "types", "json", "zipfile", "importlib.abc", "importlib.machinery",
+           "math", "cmath", "random", "functools", "itertools", "collections", "typing",
+           "dataclasses", "operator", "copy", "re", "string", "statistics", "fractions",
+           "decimal", "warnings", "numpy", "torch", "torch.nn", "torch.nn.functional", "einops")
+
+
+def preload(plain) -> None:
+    import importlib
+    import io
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    # One round trip through every code path we use later, so that lazy imports happen now.
+    import numpy as np
+    import torch
+
+    arrays: dict = {}
+    tree = plain.encode((torch.ones(2, dtype=torch.float16) * 2, {"a": (1, 2.5)}, None, True), arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    buf.seek(0)
+    with np.load(buf, allow_pickle=False) as npz:
+        loaded = {k: npz[k] for k in npz.files}
+    plain.decode_input(tree, loaded)
+    torch.softmax(torch.ones(2, 2), dim=-1).masked_fill(torch.ones(2, 2, dtype=torch.bool), float("-inf"))
+    json.dumps(json.loads("[1]"))
+
+
+# ----------------------------------------------------------------------------- stand-ins
+
+def install_mha_stub(types_mod) -> None:
+    """Make ``import mha`` (and any submodule) give a stub: every attribute is a callable
+    that raises ForbiddenCall; ``mha.exercises.check`` does nothing."""
+    import importlib.abc
+    import importlib.machinery
+
+    def trap(name):
+        def forbidden(*args, **kwargs):
+            raise ForbiddenCall(f"{name} is not available to graded functions: write it with torch")
+        forbidden.__name__ = name.rsplit(".", 1)[-1]
+        return forbidden
+
+    class Loader(importlib.abc.Loader):
+        def create_module(self, spec):
+            mod = types_mod.ModuleType(spec.name)
+            mod.__path__ = []
+            mod.__getattr__ = lambda attr, _n=spec.name: (
+                (lambda *a, **k: None) if (_n, attr) == ("mha.exercises", "check") else trap(f"{_n}.{attr}"))
+            return mod
+
+        def exec_module(self, module):
+            pass
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname == "mha" or fullname.startswith("mha."):
+                return importlib.machinery.ModuleSpec(fullname, Loader(), is_package=True)
+            return None
+
+    for name in [n for n in sys.modules if n == "mha" or n.startswith("mha.")]:
+        del sys.modules[name]
+    sys.meta_path.insert(0, Finder())
+
+
+def set_traps(names):
+    """Replace forbidden library attributes (dotted names) by raising stand-ins; returns
+    what to restore."""
+    import importlib
+
+    saved = []
+    for dotted in names:
+        module, _, attr = dotted.rpartition(".")
+        try:
+            mod = importlib.import_module(module)
+            original = getattr(mod, attr)
+        except Exception:
+            continue
+
+        def forbidden(*args, _name=dotted, **kwargs):
+            raise ForbiddenCall(f"{_name} is not allowed in this exercise")
+        setattr(mod, attr, forbidden)
+        saved.append((mod, attr, original))
+    return saved
+
+
+def restore(saved):
+    for mod, attr, original in saved:
+        try:
+            setattr(mod, attr, original)
+        except Exception:
+            pass
+
+
+# ----------------------------------------------------------------------------- running
+
+def run(jobdir: str, cfg, progress_fd: int, plain) -> None:
+    import ast
+    import builtins
+    import types
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    install_mha_stub(types)
+
+    def say(msg: str):
+        try:
+            os.write(progress_fd, (msg + "\n").encode())
+        except OSError:
+            pass
+
+    out = os.path.join(jobdir, "out")
+    ns = {"__name__": "__main__", "__builtins__": builtins}
+    load_errors = []
+    with open(os.path.join(jobdir, "submission.py"), encoding="utf-8") as f:
+        source = f.read()
+    tree = ast.parse(source)
+    for stmt in tree.body:  # one statement at a time: a failing import spoils only its users
+        try:
+            exec(compile(ast.Module(body=[stmt], type_ignores=[]), "<submission>", "exec"), ns)
+        except BaseException as e:  # noqa: BLE001 - student code may raise anything
+            load_errors.append(f"line {stmt.lineno}: {type(e).__name__}: {str(e)[:200]}")
+    _write_json(os.path.join(out, "load.json"), {"errors": load_errors[:5]})
+
+    for job in cfg["run"]:
+        i = job["index"]
+        say(f"S {i}")
+        with open(os.path.join(jobdir, "in", f"{i}.json"), encoding="utf-8") as f:
+            spec = json.load(f)
+        arrays = dict(np.load(os.path.join(jobdir, "in", f"{i}.npz"), allow_pickle=False))
+        fn = ns.get(job["function"])
+        results, out_arrays = [], {}
+        if fn is None or not callable(fn):
+            results = [{"s": "missing"} for _ in spec["cases"]]
+        else:
+            saved = set_traps(job.get("traps", []))
+            for case in spec["cases"]:
+                args = [plain.decode_input(a, arrays) for a in case]
+                try:
+                    value = fn(*args)
+                    results.append({"s": "value", "v": plain.encode(value, out_arrays)})
+                except NotImplementedError:
+                    results.append({"s": "not-attempted"})
+                except BaseException as e:  # noqa: BLE001 - SystemExit and friends score zero
+                    results.append({"s": "raised", "type": type(e).__name__[:100],
+                                    "bases": [c.__name__[:100] for c in type(e).__mro__][:12],
+                                    "msg": str(e)[:300]})
+            restore(saved)
+        np.savez(os.path.join(out, f"{i}.npz"), **out_arrays)
+        _write_json(os.path.join(out, f"{i}.json"), {"results": results})
+        say(f"D {i}")
+
+
+def _write_json(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def main(argv) -> None:
+    jobdir = argv[1]
+    with open(os.path.join(jobdir, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    progress_fd = cfg["progress_fd"]
+    sys.path[:0] = [p for p in cfg.get("site", []) if p not in sys.path]
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    import plain  # noqa: E402 - loaded before the package directory is hidden
+
+    sys.path.remove(here)
+    preload(plain)
+    if os.getuid() == 0 and cfg.get("isolate", True):
+        isolate(cfg, progress_fd)
+    limit(cfg)
+    drop_privileges(cfg)
+    os.chdir(os.path.join(jobdir, "work"))
+    try:
+        run(jobdir, cfg, progress_fd, plain)
+    finally:
+        sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

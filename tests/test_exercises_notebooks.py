@@ -1,0 +1,78 @@
+"""Student notebooks: stubs instead of solutions, plain Markdown, and they run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from mha.notebooks import STUB, myst_to_markdown, solution_blocks, stub_solutions, write_student_notebooks
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSONS = sorted((ROOT / "lessons").glob("*.md")) + [ROOT / "tests/fixtures/grading/all_exercises.md"]
+
+
+def test_stub_keeps_signature_and_docstring_and_drops_the_solution():
+    src = 'def f(x):\n    """Doc."""\n    # BEGIN SOLUTION\n    y = x + 1\n    return y\n    # END SOLUTION\n'
+    out = stub_solutions(src)
+    assert out == f'def f(x):\n    """Doc."""\n    {STUB}'
+    assert solution_blocks(src) == ["    y = x + 1\n    return y"]
+
+
+@pytest.mark.parametrize("bad", ["# BEGIN SOLUTION\nx", "x\n# END SOLUTION",
+                                 "# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION"])
+def test_unbalanced_markers_are_an_error(bad):
+    with pytest.raises(ValueError, match="SOLUTION"):
+        stub_solutions(bad)
+
+
+def test_myst_syntax_becomes_plain_markdown():
+    md = myst_to_markdown(
+        "(lbl)=\n```{exercise-start} Split\n:label: x\n```\nDo it {cite}`k1`.\n```{exercise-end}\n```\n"
+        "```{solution-start} x\n:class: dropdown\n```\n"
+        ":::{note}\nSee {ref}`this <lbl>` and {math}`a^2` and {glue:text}`val:.2f`.\n:::\n"
+        "```{dropdown} More\nhidden text\n```\n```{math}\nx = 1\n```\n% a comment\n",
+        {"k1": "Vaswani et al. 2017"})
+    assert "**Exercise: Split**" in md and "(Vaswani et al. 2017)" in md
+    assert "> **Note**" in md and "> See this and $a^2$ and `val`." in md
+    assert "<details><summary>More</summary>" in md and "$$\nx = 1\n$$" in md
+    for myst in ("{", ":label:", ":class:", "(lbl)=", "% a comment", ":::"):
+        assert myst not in md, myst
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    out = tmp_path_factory.mktemp("student")
+    return write_student_notebooks(out, LESSONS)
+
+
+def test_student_notebooks_have_no_solutions_and_no_myst(student):
+    for path in student:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        text = "\n".join(c.source for c in nb.cells)
+        assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
+        for c in nb.cells:
+            if c.cell_type == "markdown":
+                for myst in ("```{", ":::{", "{cite}", "{glue", "{ref}", ":label:"):
+                    assert myst not in c.source, (path.name, myst)
+
+
+def test_student_notebook_keeps_check_cells_and_stubs(student):
+    nb = nbformat.read(next(p for p in student if p.stem == "all_exercises"), as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert sum(STUB in c for c in code) == 12
+    assert sum(c.startswith("check(") for c in code) == 12
+
+
+@pytest.mark.parametrize("index", range(len(LESSONS)), ids=[p.stem for p in LESSONS])
+def test_student_notebook_runs_top_to_bottom(student, index, tmp_path):
+    """Every check cell reports 'not attempted' and the notebook goes on to the end."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(student[index], as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    n_checks = sum(c.source.startswith("check(") for c in nb.cells if c.cell_type == "code")
+    assert outputs.count("not attempted yet") == n_checks

@@ -1,0 +1,264 @@
+"""The batch grader: full marks, partial credit, bad input, reports, command line."""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from mha.exercises import EXERCISES, get, select
+from mha.grading import extract, reports
+from mha.grading.grader import grade_many
+from mha.grading.sandbox import Limits
+from mha.notebooks import STUB, write_student_notebooks
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests/fixtures/grading/all_exercises.md"
+TOTAL = sum(e.points for e in EXERCISES.values())
+FAST = Limits(exercise_s=5, startup_s=60, submission_s=90)
+
+
+def fill_stubs(nb_path: Path, out: Path) -> Path:
+    """A student notebook whose stubbed exercise functions are replaced by the references."""
+    nb = nbformat.read(nb_path, as_version=4)
+    by_name = {e.function: e for e in EXERCISES.values()}
+    for cell in nb.cells:
+        m = re.search(r"^def (\w+)\(", cell.source, re.M)
+        if cell.cell_type == "code" and STUB in cell.source and m and m.group(1) in by_name:
+            cell.source = inspect.getsource(by_name[m.group(1)].reference)
+    nbformat.write(nb, out)
+    return out
+
+
+def notebook(path: Path, *cells: str) -> Path:
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
+    return path
+
+
+PARTIAL = '''
+import math
+import torch
+
+def attention_weights(q, k):
+    return torch.softmax(q @ k.T, dim=-1)          # forgot the scaling
+
+def split_heads(x, num_heads):
+    B, T, C = x.shape
+    return x.view(B, T, num_heads, C // num_heads).transpose(1, 2)
+
+def shapes(batch, seq_len, embed_dim, num_heads):
+    B, T, C, h = batch, seq_len, embed_dim, num_heads
+    return {"qkv": (B, T, 3 * C), "q_heads": (B, h, T, C // h), "scores": (B, h, T, T), "merged": (B, T, C)}
+
+def mha_params(embed_dim, num_heads, bias):
+    return 4 * embed_dim ** 2                      # forgot the biases
+
+def causal_mask(q_len, k_len):
+    return torch.ones(q_len, k_len).tril(k_len - q_len)   # float, not bool
+
+def merge_heads(x):
+    raise IndexError("oops")
+
+def kv_cache_bytes(layers, kv_heads, head_dim, seq_len, batch):
+    return 0
+
+def gqa_params(embed_dim, num_heads, num_kv_heads, bias):
+    return (4 * embed_dim ** 2) / 1.0
+'''
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade a batch of sample submissions once; return {name: report}."""
+    d = tmp_path_factory.mktemp("subs")
+    student = tmp_path_factory.mktemp("student")
+    [stub_nb] = write_student_notebooks(student, [FIXTURE])
+    subs = {
+        "stub": stub_nb,
+        "full": fill_stubs(stub_nb, d / "full.ipynb"),
+        "lesson": FIXTURE,  # the fixture lesson itself, solutions included (.md)
+        "partial": (d / "partial.py"),
+        "not_json": d / "not_json.ipynb",
+        "not_notebook": d / "not_notebook.ipynb",
+        "empty": notebook(d / "empty.ipynb"),
+        "renamed": notebook(d / "renamed.ipynb", "def split_head(x, num_heads):\n    return x",
+                            "def merge_heads(x, extra, more):\n    return x"),
+        "syntax": notebook(d / "syntax.ipynb", "def split_heads(x, num_heads)\n    return x",
+                           "import torch\n%matplotlib inline\ndef merge_heads(x):\n    return torch.zeros(1)"),
+    }
+    subs["partial"].write_text(PARTIAL)
+    subs["not_json"].write_text("this is not JSON {")
+    subs["not_notebook"].write_text(json.dumps([1, 2, 3]))
+    reps = grade_many(list(subs.values()), limits=FAST, jobs=2)
+    return dict(zip(subs, reps))
+
+
+def by_id(report):
+    return {e.id: e for e in report.exercises}
+
+
+def test_filling_every_stub_with_the_reference_gets_full_marks(graded):
+    r = graded["full"]
+    assert r.score == r.max_score == TOTAL, reports.details(r)
+    assert all(e.status == "graded" and all(c.passed for c in e.checks) for e in r.exercises)
+    assert any(c.hidden for e in r.exercises for c in e.checks)
+
+
+def test_a_lesson_in_markdown_with_its_solutions_gets_full_marks(graded):
+    assert graded["lesson"].score == TOTAL, reports.details(graded["lesson"])
+
+
+def test_the_empty_stub_notebook_scores_zero_as_not_attempted(graded):
+    r = graded["stub"]
+    assert r.score == 0
+    assert {e.status for e in r.exercises} == {"not attempted"}
+
+
+def test_partial_credit_per_check_with_clear_messages(graded):
+    r = graded["partial"]
+    e = by_id(r)
+    assert e["dims.split_heads"].score == e["dims.split_heads"].max_score
+    assert 0 < e["dims.shapes"].score < e["dims.shapes"].max_score  # no ValueError
+    assert any("should raise ValueError" in c.message for c in e["dims.shapes"].checks)
+    assert e["params.mha_params"].score > 0  # right without biases
+    assert any("biases" in c.message for c in e["params.mha_params"].checks)
+    assert e["heads.attention_weights"].score == 0
+    assert any("sqrt(d)" in c.message for c in e["heads.attention_weights"].checks)
+    assert any("wrong dtype" in c.message for c in e["masking.causal_mask"].checks)
+    assert all(c.message == "raised IndexError" for c in e["dims.merge_heads"].checks)
+    assert e["params.kv_cache_bytes"].status == "wrong signature"
+    assert "expected the signature kv_cache_bytes(layers" in e["params.kv_cache_bytes"].message
+    assert any("return an int" in c.message for c in e["params.gqa_params"].checks)
+    assert e["masking.decoder_mask"].status == "missing"
+    assert 0 < r.score < TOTAL
+
+
+@pytest.mark.parametrize("name,words", [
+    ("not_json", "not a Jupyter notebook (not JSON"),
+    ("not_notebook", "not a Jupyter notebook (no list of cells)"),
+])
+def test_unreadable_files_score_zero_with_a_reason(graded, name, words):
+    r = graded[name]
+    assert r.score == 0 and words in r.notes[0]
+    assert all(e.status == "unreadable" and words in e.message for e in r.exercises)
+
+
+def test_an_empty_notebook_reports_every_function_missing(graded):
+    r = graded["empty"]
+    assert r.score == 0 and "no code cells" in " ".join(r.notes)
+    assert {e.status for e in r.exercises} == {"missing"}
+
+
+def test_renamed_functions_and_wrong_signatures_are_named(graded):
+    e = by_id(graded["renamed"])
+    assert "found split_head(...) - rename it to split_heads" in e["dims.split_heads"].message
+    assert e["dims.merge_heads"].status == "wrong signature"
+
+
+def test_a_cell_with_a_syntax_error_is_skipped_and_magics_are_ignored(graded):
+    r = graded["syntax"]
+    assert any("syntax error" in n for n in r.notes)
+    e = by_id(r)
+    assert e["dims.split_heads"].status == "missing"
+    assert e["dims.merge_heads"].status == "graded"  # ran, wrong shape
+    assert all(c.message == "wrong shape" for c in e["dims.merge_heads"].checks)
+
+
+def test_feedback_never_shows_hidden_inputs_or_expected_values(graded):
+    for r in graded.values():
+        for e in r.exercises:
+            for c in e.checks:
+                assert not re.search(r"expected (shape|dtype|\d)", c.message), c.message
+                assert "got (" not in c.message and "got shape" not in c.message
+
+
+def test_reports_json_csv_gradescope(graded, tmp_path):
+    reps = [graded["full"], graded["partial"]]
+    ex = select()
+    reports.write_json(reps, ex, tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [s["score"] for s in data["submissions"]] == [TOTAL, graded["partial"].score]
+    reports.write_csv(reps, ex, tmp_path / "r.csv")
+    rows = list(csv.reader(open(tmp_path / "r.csv")))
+    assert rows[0][:2] == ["student", "file"] and rows[0][-2:] == ["total", "max"] and len(rows) == 3
+    written = reports.write_gradescope(reps, tmp_path / "gs")
+    gs = json.loads(written[0].read_text())
+    assert gs["score"] == TOTAL and gs["max_score"] == TOTAL
+    for t in gs["tests"]:
+        assert set(t) >= {"name", "score", "max_score", "status", "output", "visibility"}
+    assert abs(sum(t["score"] for t in gs["tests"]) - TOTAL) < 1e-6
+    table = reports.table(reps, ex)
+    assert "full" in table and f"{TOTAL:g}/{TOTAL:g}" in table
+
+
+def test_single_submission_writes_gradescope_results_json(graded, tmp_path):
+    [p] = reports.write_gradescope([graded["stub"]], tmp_path)
+    assert p == tmp_path / "results.json"
+    assert json.loads(p.read_text())["score"] == 0
+
+
+def test_markdown_cells_are_read_with_their_options(tmp_path):
+    md = "```{code-cell} ipython3\n---\ntags: [hide-input]\n---\nx = 1\n```\n" \
+         "```{code-cell} ipython3\n:tags: [remove-cell]\ny = 2\n```\n"
+    assert extract.markdown_cells(md) == ["x = 1", "y = 2"]
+
+
+def test_pruning_keeps_only_what_the_functions_need():
+    src = ("import torch\nimport matplotlib.pyplot as plt\nW = torch.ones(2)\nplt.plot([1])\n"
+           "def helper(x):\n    return x * W\n"
+           "def split_heads(x, num_heads):\n    return helper(x)\n"
+           "torch.allclose = None\nprint('demo')\ncheck('dims.split_heads', split_heads)\n")
+    stmts, _ = extract.parse_cells([src])
+    prog = extract.program(stmts, {"split_heads"})
+    assert "matplotlib" not in prog and "plot" not in prog and "print" not in prog
+    assert "allclose" not in prog and "check(" not in prog
+    assert "def helper" in prog and "W = torch.ones(2)" in prog and "import torch" in prog
+
+
+def test_command_line_grades_and_writes_every_report(tmp_path):
+    sub = tmp_path / "alice.py"
+    sub.write_text(inspect.getsource(get("dims.split_heads").reference).replace("torch.Tensor", "object"))
+    bad = tmp_path / "bob.ipynb"
+    bad.write_text("nope")
+    cmd = [sys.executable, "-m", "mha.cli", "grade", str(sub), str(bad), "--only", "dims.split_heads",
+           "--json", str(tmp_path / "r.json"), "--csv", str(tmp_path / "r.csv"),
+           "--gradescope", str(tmp_path / "gs"), "--jobs", "2"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"alice\s+3\s+3/3", r.stdout) and re.search(r"bob\s+bad\s+0/3", r.stdout)
+    assert "[2/2]" in r.stderr
+    assert json.loads((tmp_path / "gs/alice/results.json").read_text())["score"] == 3
+    assert (tmp_path / "r.csv").read_text().count("\n") == 3
+
+
+def test_command_line_rejects_bad_arguments(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "mha.cli", *a], capture_output=True,  # noqa: E731
+                                    text=True, timeout=120)
+    r = run("grade", str(tmp_path / "missing.ipynb"))
+    assert r.returncode == 2 and "no such file" in r.stderr
+    (tmp_path / "x.py").write_text("")
+    r = run("grade", str(tmp_path / "x.py"), "--only", "nothing")
+    assert r.returncode == 2 and "no exercise matches" in r.stderr
+
+
+def test_autograder_zip_holds_setup_run_and_the_course(tmp_path):
+    from mha.grading.autograder import build_zip
+
+    z = zipfile.ZipFile(build_zip(tmp_path / "ag.zip", only=["dims"]))
+    names = set(z.namelist())
+    assert {"setup.sh", "run_autograder", "course/pyproject.toml", "course/constraints.txt",
+            "course/src/mha/grading/worker.py"} <= names
+    setup = z.read("setup.sh").decode()
+    assert "torch==2.13.0" in setup and "download.pytorch.org/whl/cpu" in setup
+    run = z.read("run_autograder").decode()
+    assert "/autograder/submission" in run and "--gradescope /autograder/results" in run
+    assert "--only dims" in run
+    assert z.getinfo("run_autograder").external_attr >> 16 & 0o111
