@@ -36,7 +36,7 @@ site:
 # scratch folder, keeping its path: lessons/01-x.md -> $(NBDIR)/lessons/01-x.ipynb.
 notebooks: $(STAMP)
 	rm -rf $(NBDIR) && mkdir -p $(NBDIR)/lessons $(NBDIR)/book
-	for page in $$(grep -l '^```{code-cell}' lessons/*.md book/*.md); do \
+	for page in $$(grep -l -E '^(```+|:::+) *\{code-cell\}' lessons/*.md book/*.md); do \
 	  $(BIN)/jupytext --quiet --to ipynb --output $(NBDIR)/$${page%.md}.ipynb $$page || exit 1; \
 	done
 

@@ -1,0 +1,44 @@
+"""Shared fixtures: the built website, built once per test run.
+
+The site tests and the browser tests live in separate modules and, under
+``pytest -n 2 --dist loadfile``, may run in different worker processes at the same time.
+A file lock makes the first worker build the site while the other waits; a marker file
+keyed on the run's id (pytest-xdist's ``testrun_uid``) lets the second reuse the build.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "_build"
+HTML = BUILD / "html"
+ARTIFACTS = BUILD / "artifacts"
+
+
+@pytest.fixture(scope="session")
+def built_site(testrun_uid: str) -> Path:
+    """Run the build that `make book` runs (`make site`) once per run; return _build/html."""
+    BUILD.mkdir(exist_ok=True)
+    marker = BUILD / ".site-build.json"
+    log = BUILD / "site-build.log"
+    with open(BUILD / ".site-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        info = json.loads(marker.read_text()) if marker.exists() else {}
+        if info.get("run") != testrun_uid:
+            # BIN: the environment running the tests also runs the build.
+            cmd = ["make", "--no-print-directory", "site", f"BIN={Path(sys.executable).parent}"]
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            log.write_text(proc.stdout + proc.stderr)
+            info = {"run": testrun_uid, "returncode": proc.returncode}
+            marker.write_text(json.dumps(info))
+    if info["returncode"] != 0:
+        tail = "\n".join(log.read_text().splitlines()[-60:])
+        pytest.fail(f"the site build (make site) failed; full log in {log}:\n{tail}")
+    return HTML
