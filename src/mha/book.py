@@ -1,20 +1,25 @@
 """Putting computed values into a lesson's prose.
 
-`glue` hands a value to MyST-NB when the website is built, so the page's text shows the
-number the code computed. In a plain notebook (no myst_nb installed) it only returns the
-value, so lessons run anywhere.
+On the website, {glue:}`name` in the text shows the value that the code passed to
+`glue("name", value)`. In a notebook there is no such substitution, so there `glue` prints
+`name = value` under the cell instead: the student's notebook shows every number the text
+refers to by name. The book build sets MHA_BOOK_BUILD=1 (mha.notebooks' Sphinx extension)
+for the kernels it starts.
 """
 
 from __future__ import annotations
 
-try:
-    from myst_nb import glue as _glue
-except ImportError:  # a student's Jupyter without the book toolchain
-    _glue = None
+import os
+
+BOOK_BUILD_ENV = "MHA_BOOK_BUILD"
 
 
 def glue(name: str, value, display: bool = False):
-    """Record `value` under `name` for {glue:}`name` in the page; return the value."""
-    if _glue is not None:
-        _glue(name, value, display=display)
+    """Record `value` under `name` for the page (book build) or print it (notebook); return it."""
+    if os.environ.get(BOOK_BUILD_ENV) == "1":
+        from myst_nb import glue as myst_glue
+
+        myst_glue(name, value, display=display)
+    else:
+        print(f"{name} = {value}")
     return value

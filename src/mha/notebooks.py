@@ -16,8 +16,11 @@ Used by ``mha notebooks --out DIR`` and, as a Sphinx extension (``mha.notebooks`
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+
+from .book import BOOK_BUILD_ENV
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 STUB = 'raise NotImplementedError("Write your solution here, then run the check cell below.")'
@@ -273,6 +276,9 @@ def _link(app, docname: str, source: list[str]) -> None:
 
 def setup(app):
     """Sphinx extension: write the student notebooks and link them from the lessons."""
+    # Kernels that execute the lessons inherit this: mha.book.glue then hands values to
+    # the page instead of printing them (see src/mha/book.py).
+    os.environ[BOOK_BUILD_ENV] = "1"
     app.connect("builder-inited", _generate)
     app.connect("source-read", _link)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
