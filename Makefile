@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NBDIR  := _build/nbtest
 
-.PHONY: venv book site notebooks test test-lib test-notebooks bench student-notebooks constraints clean
+.PHONY: venv book site notebooks test test-lib bench constraints clean
 
 venv: $(STAMP)
 
