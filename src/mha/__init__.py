@@ -8,6 +8,12 @@ One file per concept:
     cache.py      KVCache for incremental decoding
     counting.py   parameters, FLOPs, KV-cache bytes, presets of published models
     plotting.py   figures for the lessons
+    book.py       glue: computed values into a lesson's prose
+    benchmark.py  `mha bench`: time and memory against torch.nn.MultiheadAttention
+    exercises/    the graded exercises and the in-notebook `check`
+    notebooks.py  student notebooks (solutions stubbed) and the Sphinx extension linking them
+    grading/      `mha grade`: the sandboxed batch grader, reports, Gradescope
+    cli.py        the `mha` command
 """
 
 from .attention import safe_softmax, scaled_dot_product_attention
