@@ -142,7 +142,7 @@ def test_check_flags_a_wrong_signature(capsys):
 
 def test_select_by_prefix_lesson_and_id():
     assert [e.id for e in select(["dims"])] == ["dims.split_heads", "dims.merge_heads", "dims.shapes"]
-    assert len(select(["04-causal-masking"])) == 3
+    assert len(select(["05-causal-masking"])) == 3
     assert [e.id for e in select(["params.mha_params"])] == ["params.mha_params"]
     with pytest.raises(ValueError, match="no exercise matches"):
         select(["nothing"])

@@ -46,10 +46,16 @@ def soup(html_dir: Path, page: str) -> BeautifulSoup:
     return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
 
 
-def test_toc_lists_the_four_core_lessons():
-    assert [Path(p).name for p in LESSONS[:4]] == [
-        "01-why-multiple-heads", "02-dimension-math", "03-parameter-counts", "04-causal-masking",
-    ]
+COURSE_PLAN = [  # the fixed file names of the course plan, in order
+    "01-one-head", "02-why-multiple-heads", "03-dimension-math", "04-parameter-counts",
+    "05-causal-masking", "06-the-layer-step-by-step", "07-cross-attention", "08-gradients",
+    "09-cost-of-attention", "10-flash-attention", "11-kv-cache-gqa-mla", "12-pytorch-built-ins",
+    "13-induction-heads",
+]
+
+
+def test_toc_lists_the_lessons_of_the_course_plan_in_order():
+    assert [Path(p).name for p in LESSONS] == COURSE_PLAN
 
 
 @pytest.mark.parametrize("page", PAGES)

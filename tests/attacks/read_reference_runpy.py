@@ -6,7 +6,7 @@ import runpy
 
 import torch
 
-PATTERNS = ["/**/mha/exercises/dims.py", "/**/lessons/02-dimension-math.md", "/**/all_exercises.md",
+PATTERNS = ["/**/mha/exercises/dims.py", "/**/lessons/03-dimension-math.md", "/**/all_exercises.md",
             "/**/site-packages/mha/exercises/dims.py"]
 
 

@@ -9,13 +9,33 @@ kernel: it teaches, it does not grade. Grades come from ``mha grade`` (see
 
 from __future__ import annotations
 
-from . import dims, heads, masking, params
+import importlib
+import pkgutil
+
 from ._core import Case, Exercise, Mistake, Outcome, Verdict
 from .feedback import CheckResult, check
 
-EXERCISES: dict[str, Exercise] = {
-    ex.id: ex for mod in (heads, dims, params, masking) for ex in mod.EXERCISES
-}
+
+def _discover() -> dict[str, Exercise]:
+    """Every module of this package not starting with "_" (feedback aside) defines a tuple
+    ``EXERCISES``; they are listed in lesson order, then in the order each module gives."""
+    found: list[Exercise] = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_") or info.name == "feedback":
+            continue
+        found.extend(importlib.import_module(f"{__name__}.{info.name}").EXERCISES)
+    order = {ex.id: i for i, ex in enumerate(found)}
+    found.sort(key=lambda ex: (ex.lesson, order[ex.id]))
+    taken: dict[str, str] = {}
+    for ex in found:  # the grader finds a student's answer by its function's name
+        if ex.function in taken:
+            raise RuntimeError(f"exercises {taken[ex.function]} and {ex.id} both ask for a "
+                               f"function called {ex.function!r}; names must be unique")
+        taken[ex.function] = ex.id
+    return {ex.id: ex for ex in found}
+
+
+EXERCISES: dict[str, Exercise] = _discover()
 
 
 def get(exercise_id: str) -> Exercise:

@@ -30,6 +30,9 @@ class Case:
     hidden: bool = False
     raises: str | None = None
     note: str = ""  # what the case is about, shown for public cases
+    # positions of tensor arguments the student's function receives non-contiguous (the
+    # same values, laid out transposed in memory), for statements that promise it
+    noncontiguous: tuple[int, ...] = ()
 
 
 @dataclass
@@ -78,6 +81,9 @@ class Exercise:
     forbidden: tuple[str, ...] = ()
     explain: Callable[[Case, Outcome], str | None] | None = None
     public_seed: int = 0
+    # floating dtypes the statement accepts: correct answers must get full marks in each
+    # (checked by tests/test_the_tests.py); empty for answers that are not tensors
+    dtypes: tuple[str, ...] = ("float32", "float64")
 
     @property
     def signature(self) -> str:

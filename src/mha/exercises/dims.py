@@ -1,4 +1,4 @@
-"""Exercises of lesson 02, dimension math: splitting and merging heads, and the shapes."""
+"""Exercises of lesson 03, dimension math: splitting and merging heads, and the shapes."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _split_explain(case, outcome):
 
 
 SPLIT = Exercise(
-    id="dims.split_heads", title="Split the heads", lesson="02-dimension-math",
+    id="dims.split_heads", title="Split the heads", lesson="03-dimension-math",
     function="split_heads", params=("x", "num_heads"), points=3,
     reference=split_heads, public=_split_public, hidden=_split_hidden, public_seed=201,
     mistakes=(
@@ -71,7 +71,7 @@ def _merge_hidden(g):
 
 
 MERGE = Exercise(
-    id="dims.merge_heads", title="Merge the heads", lesson="02-dimension-math",
+    id="dims.merge_heads", title="Merge the heads", lesson="03-dimension-math",
     function="merge_heads", params=("x",), points=3,
     reference=merge_heads, public=_merge_public, hidden=_merge_hidden, public_seed=202,
     mistakes=(
@@ -114,7 +114,7 @@ def _shapes_hidden(g):
 
 
 SHAPES = Exercise(
-    id="dims.shapes", title="Every shape in one place", lesson="02-dimension-math",
+    id="dims.shapes", title="Every shape in one place", lesson="03-dimension-math",
     function="shapes", params=("batch", "seq_len", "embed_dim", "num_heads"), points=3,
     reference=shapes, public=_shapes_public, hidden=_shapes_hidden, answer="shapes", public_seed=203,
     mistakes=(

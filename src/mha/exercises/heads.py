@@ -44,7 +44,7 @@ def _weights_hidden(g):
 
 
 WEIGHTS = Exercise(
-    id="heads.attention_weights", title="Attention weights", lesson="01-why-multiple-heads",
+    id="heads.attention_weights", title="Attention weights", lesson="02-why-multiple-heads",
     function="attention_weights", params=("q", "k"), points=3,
     reference=attention_weights, public=_weights_public, hidden=_weights_hidden, public_seed=101,
     mistakes=(
@@ -92,7 +92,7 @@ def _single_explain(case, outcome):
 
 
 SINGLE = Exercise(
-    id="heads.single_head", title="One attention head", lesson="01-why-multiple-heads",
+    id="heads.single_head", title="One attention head", lesson="02-why-multiple-heads",
     function="single_head", params=("x", "w_q", "w_k", "w_v"), points=3,
     reference=single_head, public=_single_public, hidden=_single_hidden, public_seed=102,
     mistakes=(
@@ -153,7 +153,7 @@ def _multi_hidden(g):
 
 
 MULTI = Exercise(
-    id="heads.multi_head", title="Many heads", lesson="01-why-multiple-heads",
+    id="heads.multi_head", title="Many heads", lesson="02-why-multiple-heads",
     function="multi_head", params=("x", "w_q", "w_k", "w_v", "w_o", "num_heads"), points=6,
     reference=multi_head, public=_multi_public, hidden=_multi_hidden, public_seed=103,
     mistakes=(

@@ -1,4 +1,4 @@
-"""Exercises of lesson 04, causal masking: the mask, a safe masked softmax, a decoder mask."""
+"""Exercises of lesson 05, causal masking: the mask, a safe masked softmax, a decoder mask."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _causal_hidden(g):
 
 
 CAUSAL = Exercise(
-    id="masking.causal_mask", title="A causal mask", lesson="04-causal-masking",
+    id="masking.causal_mask", title="A causal mask", lesson="05-causal-masking",
     function="causal_mask", params=("q_len", "k_len"), points=3,
     reference=causal_mask, public=_causal_public, hidden=_causal_hidden, public_seed=401,
     mistakes=(
@@ -105,7 +105,7 @@ def _ms_explain(case, outcome):
 
 
 MASKED_SOFTMAX = Exercise(
-    id="masking.masked_softmax", title="A softmax that survives masking", lesson="04-causal-masking",
+    id="masking.masked_softmax", title="A softmax that survives masking", lesson="05-causal-masking",
     function="masked_softmax", params=("scores", "mask"), points=5,
     reference=masked_softmax, public=_ms_public, hidden=_ms_hidden, public_seed=402,
     mistakes=(
@@ -150,7 +150,7 @@ def _dm_explain(case, outcome):
 
 
 DECODER = Exercise(
-    id="masking.decoder_mask", title="Causal and padding together", lesson="04-causal-masking",
+    id="masking.decoder_mask", title="Causal and padding together", lesson="05-causal-masking",
     function="decoder_mask", params=("lengths", "max_len"), points=4,
     reference=decoder_mask, public=_dm_public, hidden=_dm_hidden, public_seed=403,
     mistakes=(

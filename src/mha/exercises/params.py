@@ -1,4 +1,4 @@
-"""Exercises of lesson 03, parameter counts: MHA, GQA and the KV cache."""
+"""Exercises of lesson 04, parameter counts: MHA, GQA and the KV cache."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _mha_hidden(g):
 
 
 MHA_PARAMS = Exercise(
-    id="params.mha_params", title="Count the parameters", lesson="03-parameter-counts",
+    id="params.mha_params", title="Count the parameters", lesson="04-parameter-counts",
     function="mha_params", params=("embed_dim", "num_heads", "bias"), points=2,
     reference=mha_params, public=_mha_public, hidden=_mha_hidden, answer="int", public_seed=301,
     mistakes=(
@@ -68,7 +68,7 @@ def _gqa(C, h, g, b, *, kv_width=None, bias=True):
 
 
 GQA_PARAMS = Exercise(
-    id="params.gqa_params", title="Parameters with grouped-query attention", lesson="03-parameter-counts",
+    id="params.gqa_params", title="Parameters with grouped-query attention", lesson="04-parameter-counts",
     function="gqa_params", params=("embed_dim", "num_heads", "num_kv_heads", "bias"), points=3,
     reference=gqa_params, public=_gqa_public, hidden=_gqa_hidden, answer="int", public_seed=302,
     mistakes=(
@@ -101,7 +101,7 @@ def _kv_hidden(g):
 
 
 KV_BYTES = Exercise(
-    id="params.kv_cache_bytes", title="Size of the KV cache", lesson="03-parameter-counts",
+    id="params.kv_cache_bytes", title="Size of the KV cache", lesson="04-parameter-counts",
     function="kv_cache_bytes", params=("layers", "kv_heads", "head_dim", "seq_len", "batch",
                                        "bytes_per_element"), points=2,
     reference=kv_cache_bytes, public=_kv_public, hidden=_kv_hidden, answer="int", public_seed=303,
