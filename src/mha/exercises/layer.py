@@ -1,0 +1,243 @@
+"""Exercises of lesson 06, the layer step by step: W_O over a list of heads, the fused QKV
+split, attention dropout with a given keep-mask, and the weights of many heads in one matrix."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._core import Case, Exercise, Mistake
+from .heads import _int, _randn
+
+LESSON = "06-the-layer-step-by-step"
+
+
+# ---------------------------------------------------------------- 1. concatenate and project
+
+def concat_heads(heads: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:
+    """heads (h, B, T, d): the outputs of h heads; w_o (C, C), C = h * d, stored as
+    nn.Linear stores it (out_features, in_features) -> (B, T, C) = concat(heads) @ w_o^T."""
+    h, B, T, d = heads.shape
+    merged = heads.permute(1, 2, 0, 3).reshape(B, T, h * d)  # (B, T, C): head i in columns i*d:(i+1)*d
+    return merged @ w_o.T
+
+
+def _concat_case(g, h, b, t, d, dtype=torch.float32):
+    c = h * d
+    return Case((_randn(g, h, b, t, d, dtype=dtype), _randn(g, c, c, dtype=dtype, scale=1 / math.sqrt(c))))
+
+
+def _concat_public(g):
+    return [_concat_case(g, 2, 1, 3, 2), _concat_case(g, 3, 2, 4, 2, torch.float64), _concat_case(g, 4, 2, 2, 3)]
+
+
+def _concat_hidden(g):
+    # h >= 2, d >= 2 and T >= 2 in every case, so that every mistake changes the answer
+    return [_concat_case(g, _int(g, 2, 5), _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 4), dt)
+            for dt in (torch.float32, torch.float64, torch.float32)]
+
+
+def _concat_wrong(*, project=True, transpose_w=True, order="hd"):
+    def wrong(heads, w_o):
+        h, B, T, d = heads.shape
+        if order == "hd":
+            merged = heads.permute(1, 2, 0, 3).reshape(B, T, h * d)
+        elif order == "dh":
+            merged = heads.permute(1, 2, 3, 0).reshape(B, T, h * d)
+        else:  # a plain reshape of the (h, B, T, d) memory
+            merged = heads.reshape(B, T, h * d)
+        if not project:
+            return merged
+        return merged @ (w_o.T if transpose_w else w_o)
+    return wrong
+
+
+CONCAT = Exercise(
+    id="layer.concat_heads", title="Concatenate the heads and mix them", lesson=LESSON,
+    function="concat_heads", params=("heads", "w_o"), points=3,
+    reference=concat_heads, public=_concat_public, hidden=_concat_hidden, public_seed=601,
+    mistakes=(
+        Mistake("the concatenated heads still need the output projection W_O: return merged @ w_o.T; "
+                "without it no output channel mixes two heads", _concat_wrong(project=False)),
+        Mistake("w_o is stored as nn.Linear stores it, (out_features, in_features): multiply by w_o.T",
+                _concat_wrong(transpose_w=False)),
+        Mistake("head i's d features go to columns i*d to (i+1)*d - 1: put the head axis before the "
+                "feature axis when you flatten ((B, T, h, d), not (B, T, d, h))", _concat_wrong(order="dh")),
+        Mistake("a plain reshape of (h, B, T, d) to (B, T, C) mixes batch and time across heads: "
+                "move the head axis first (permute(1, 2, 0, 3)), then flatten", _concat_wrong(order="raw")),
+    ),
+    forbidden=("mha",),
+)
+
+
+# ---------------------------------------------------------------- 2. fused QKV split
+
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """qkv (B, T, 3C), the output of one fused projection whose weight is cat[W_q; W_k; W_v]
+    -> (3, B, h, T, d) with d = C // h: q, k and v, each split into heads."""
+    B, T, three_c = qkv.shape
+    d = three_c // (3 * num_heads)
+    return qkv.view(B, T, 3, num_heads, d).permute(2, 0, 3, 1, 4)  # (3, B, h, T, d)
+
+
+def _qkv_case(g, b, t, h, d, dtype=torch.float32):
+    return Case((_randn(g, b, t, 3 * h * d, dtype=dtype), h))
+
+
+def _qkv_public(g):
+    return [_qkv_case(g, 1, 3, 2, 2), _qkv_case(g, 2, 4, 2, 3, torch.float64), _qkv_case(g, 2, 3, 4, 2)]
+
+
+def _qkv_hidden(g):
+    # h >= 2 and B * T >= 2 in every case, and C = h * d > 3, so split(3) cannot pass by chance
+    return [_qkv_case(g, _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 4), _int(g, 2, 4), dt)
+            for dt in (torch.float32, torch.float64, torch.float32)]
+
+
+def _qkv_heads_first(qkv, h):
+    B, T, three_c = qkv.shape
+    return qkv.view(B, T, h, 3, three_c // (3 * h)).permute(3, 0, 2, 1, 4)
+
+
+def _qkv_no_permute(qkv, h):
+    B, T, three_c = qkv.shape
+    return qkv.reshape(3, B, h, T, three_c // (3 * h))
+
+
+def _qkv_explain(case, outcome):
+    if outcome.status == "raised" and "too many values to unpack" in outcome.error_message:
+        return ("qkv.split(3, dim=-1) makes chunks of size 3, not three chunks: split the last "
+                "dimension into sizes C (split(C, dim=-1)), or view it as (3, h, d)")
+    if outcome.status == "value" and outcome.value.kind == "tensor":
+        qkv, h = case.args
+        B, T, three_c = qkv.shape
+        if tuple(outcome.value.data.shape) == (3, B, T, h, three_c // (3 * h)) and T != h:
+            return "the heads axis comes before time: (3, B, h, T, d), so permute(2, 0, 3, 1, 4)"
+    return None
+
+
+SPLIT_QKV = Exercise(
+    id="layer.split_qkv", title="Split a fused QKV projection into heads", lesson=LESSON,
+    function="split_qkv", params=("qkv", "num_heads"), points=4,
+    reference=split_qkv, public=_qkv_public, hidden=_qkv_hidden, public_seed=602,
+    mistakes=(
+        Mistake("the fused weight is cat[W_q; W_k; W_v], so the last axis holds all of q, then all "
+                "of k, then all of v: view it as (3, h, d), not (h, 3, d)", _qkv_heads_first),
+        Mistake("a reshape alone keeps the memory order (B, T, 3, h, d): view as (B, T, 3, h, d), "
+                "then permute(2, 0, 3, 1, 4) to (3, B, h, T, d)", _qkv_no_permute),
+    ),
+    forbidden=("mha",), explain=_qkv_explain,
+)
+
+
+# ---------------------------------------------------------------- 3. attention dropout
+
+def attention_dropout(weights: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
+    """Dropout on attention weights (..., Tq, Tk) with a given bool keep-mask of the same
+    shape (True = the weight survives) and drop probability p: survivors / (1 - p), others 0."""
+    return weights * keep / (1 - p)
+
+
+def _dropout_case(g, shape, p, dtype=torch.float32):
+    weights = torch.softmax(_randn(g, *shape, dtype=torch.float64, scale=2), dim=-1).to(dtype)
+    keep = torch.rand(*shape, generator=g) >= p
+    keep.view(-1, shape[-1])[:, 0] = False      # every row loses one weight...
+    keep.view(-1, shape[-1])[:, -1] = True      # ...and keeps one
+    return Case((weights, keep, p))
+
+
+def _dropout_public(g):
+    return [_dropout_case(g, (3, 4), 0.25), _dropout_case(g, (2, 2, 4, 5), 0.1, torch.float64),
+            _dropout_case(g, (1, 3, 6, 6), 0.4)]
+
+
+def _dropout_hidden(g):
+    ps = (0.1, 0.2, 0.3, 0.4, 0.6, 0.7)   # never 0.5, where 1 / p and 1 / (1 - p) coincide
+    cases = []
+    for dt in (torch.float32, torch.float64, torch.float32):
+        p = ps[_int(g, 0, len(ps) - 1)]
+        shape = (_int(g, 1, 2), _int(g, 1, 3), _int(g, 2, 6), _int(g, 3, 7))
+        cases.append(_dropout_case(g, shape, p, dt))
+    return cases
+
+
+def _renormalised(weights, keep, p):
+    kept = weights * keep
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+DROPOUT = Exercise(
+    id="layer.attention_dropout", title="Attention dropout with a given mask", lesson=LESSON,
+    function="attention_dropout", params=("weights", "keep", "p"), points=3,
+    reference=attention_dropout, public=_dropout_public, hidden=_dropout_hidden, public_seed=603,
+    mistakes=(
+        Mistake("scale the surviving weights by 1 / (1 - p), so that each weight keeps its expected value",
+                lambda w, keep, p: w * keep),
+        Mistake("divide by the probability of keeping a weight, 1 - p, not by the drop probability p",
+                lambda w, keep, p: w * keep / p),
+        Mistake("multiplying the survivors by (1 - p) is the old test-time convention; here the survivors "
+                "are divided by (1 - p) during training", lambda w, keep, p: w * keep * (1 - p)),
+        Mistake("do not renormalise the rows: after dropout a row no longer sums to 1 in training, "
+                "and that is intended", _renormalised),
+        Mistake("keep is True where the weight survives: zero the weights where keep is False",
+                lambda w, keep, p: w * ~keep / (1 - p)),
+    ),
+    forbidden=("mha",),
+)
+
+
+# ---------------------------------------------------------------- 4. many heads in one matrix
+
+def fuse_head_weights(w_heads: torch.Tensor) -> torch.Tensor:
+    """w_heads (h, 3d, C): head i's in_proj weight [W_q^i; W_k^i; W_v^i] (each (d, C)), as
+    mha.SingleHeadAttention stores it -> (3C, C), C = h * d: the in_proj weight of
+    mha.MultiHeadAttention(C, h), all heads' W_q rows, then all W_k rows, then all W_v rows."""
+    h, three_d, C = w_heads.shape
+    d = three_d // 3
+    by_role = w_heads.view(h, 3, d, C).transpose(0, 1)      # (3, h, d, C)
+    return by_role.reshape(3 * h * d, C)                     # (3C, C)
+
+
+def _fuse_case(g, h, d, c, dtype=torch.float32):
+    return Case((_randn(g, h, 3 * d, c, dtype=dtype),))
+
+
+def _fuse_public(g):
+    return [_fuse_case(g, 2, 2, 4), _fuse_case(g, 3, 2, 6, torch.float64), _fuse_case(g, 4, 3, 12)]
+
+
+def _fuse_hidden(g):
+    # h >= 2 and d >= 2 in every case: with one head, or heads of width 1, the mistakes are right
+    cases = []
+    for dt in (torch.float32, torch.float64, torch.float32):
+        h, d = _int(g, 2, 5), _int(g, 2, 4)
+        cases.append(_fuse_case(g, h, d, h * d, dt))
+    return cases
+
+
+def _fuse_head_major(w):
+    h, three_d, C = w.shape
+    return w.reshape(h * three_d, C)
+
+
+def _fuse_interleaved(w):
+    h, three_d, C = w.shape
+    return w.view(h, 3, three_d // 3, C).permute(1, 2, 0, 3).reshape(h * three_d, C)
+
+
+FUSE = Exercise(
+    id="layer.fuse_head_weights", title="Many heads in one matrix", lesson=LESSON,
+    function="fuse_head_weights", params=("w_heads",), points=4,
+    reference=fuse_head_weights, public=_fuse_public, hidden=_fuse_hidden, public_seed=604,
+    mistakes=(
+        Mistake("stacking the heads' matrices one after the other gives [W_q^0; W_k^0; W_v^0; W_q^1; ...]; "
+                "the fused matrix is grouped by role first: all heads' W_q, then all W_k, then all W_v",
+                _fuse_head_major),
+        Mistake("inside W_q, head i owns the block of rows i*d to (i+1)*d - 1: keep each head's d rows "
+                "together instead of interleaving the heads row by row", _fuse_interleaved),
+    ),
+    forbidden=("mha",),
+)
+
+EXERCISES = (CONCAT, SPLIT_QKV, DROPOUT, FUSE)
