@@ -113,3 +113,56 @@ def test_every_preset_is_a_valid_module_configuration():
 
 def test_gpt2_small_attention_layer_has_4c2_plus_4c_parameters():
     assert mha.PRESETS["GPT-2 small"].attention_parameters() == 4 * 768**2 + 4 * 768 == 2_362_368
+
+
+def test_transformer_base_has_no_fixed_context():
+    cfg = mha.PRESETS["Transformer (base)"]
+    assert cfg.context is None
+    assert "25,000" in cfg.source and "sinusoidal" in cfg.source
+
+
+def test_kv_cache_bytes_of_a_preset_without_context_needs_a_length():
+    cfg = mha.PRESETS["Transformer (base)"]
+    with pytest.raises(ValueError, match="seq_len"):
+        cfg.kv_cache_bytes()
+    assert cfg.kv_cache_bytes(100) == mha.kv_cache_bytes(6, 8, 64, 100)
+
+
+def test_mistral_7b_is_gqa_with_8_kv_heads_of_128():
+    cfg = mha.PRESETS["Mistral-7B"]
+    assert (cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers) == (4096, 32, 8, 128, 32)
+    assert "Jiang et al. 2023" in cfg.source
+    assert cfg.kv_cache_bytes(4096) == 2 * 32 * 8 * 128 * 4096 * 2   # 512 MiB at its 4096-token window
+    assert cfg.kv_cache_bytes(1) == mha.PRESETS["Llama-3-8B"].kv_cache_bytes(1)
+
+
+def test_deepseek_v2_caches_576_elements_per_token_and_layer():
+    cfg = mha.LATENT_PRESETS["DeepSeek-V2"]
+    assert (cfg.num_layers, cfg.num_heads, cfg.head_dim, cfg.kv_latent_dim, cfg.rope_dim) == (60, 128, 128, 512, 64)
+    assert cfg.cache_elements_per_token() == 576 == 9 * cfg.head_dim // 2   # the paper's 9/2 d_h
+    assert "DeepSeek-AI 2024" in cfg.source
+    mha_elements = 2 * cfg.num_heads * cfg.head_dim                          # 2 n_h d_h = 32768
+    assert mha_elements == 32768 and mha_elements / 576 == pytest.approx(56.9, abs=0.05)
+
+
+def test_latent_cache_bytes_formula_and_preset():
+    assert mha.latent_cache_bytes(60, 512, 64, 1000, batch=2, bytes_per_element=2) == 576 * 60 * 1000 * 2 * 2
+    cfg = mha.LATENT_PRESETS["DeepSeek-V2"]
+    assert cfg.kv_cache_bytes(1) == 576 * 60 * 2
+    assert cfg.kv_cache_bytes() == 576 * 60 * 128 * 1024 * 2
+
+
+def test_latent_cache_bytes_of_one_layer_matches_a_real_latent_cache():
+    layer = mha.MultiHeadLatentAttention(64, 2, head_dim=16, kv_latent_dim=24, rope_dim=8)
+    cache = mha.LatentCache()
+    with torch.no_grad():
+        layer(torch.randn(3, 5, 64), is_causal=True, cache=cache)
+    assert cache.nbytes() == mha.latent_cache_bytes(1, 24, 8, 5, batch=3, bytes_per_element=4)
+
+
+@pytest.mark.parametrize("arg", ["layers", "kv_latent_dim", "rope_dim", "seq_len", "batch", "bytes_per_element"])
+def test_latent_cache_bytes_rejects_non_positive_ints(arg):
+    kwargs = dict(layers=1, kv_latent_dim=8, rope_dim=2, seq_len=4, batch=1, bytes_per_element=2)
+    kwargs[arg] = 0
+    with pytest.raises(ValueError, match=arg):
+        mha.latent_cache_bytes(**kwargs)

@@ -57,14 +57,18 @@ def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, seq_len: int, *, b
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The attention shape of a published model. `source` says where the numbers come from."""
+    """The attention shape of a published model. `source` says where the numbers come from.
+
+    `context` is the fixed context length in tokens, or None for a model that has none
+    (the original Transformer: sinusoidal positions, batches built by token count).
+    """
 
     name: str
     d_model: int
     num_heads: int
     num_kv_heads: int
     num_layers: int
-    context: int
+    context: int | None
     bias: bool
     source: str
 
@@ -78,14 +82,19 @@ class ModelConfig:
 
     def kv_cache_bytes(self, seq_len: int | None = None, *, batch: int = 1, bytes_per_element: int = 2) -> int:
         """KV-cache bytes at seq_len tokens (default: the full context)."""
-        return kv_cache_bytes(self.num_layers, self.num_kv_heads, self.head_dim, seq_len or self.context,
+        if seq_len is None and self.context is None:
+            raise ValueError(f"{self.name} has no fixed context length: pass seq_len (a positive int)")
+        return kv_cache_bytes(self.num_layers, self.num_kv_heads, self.head_dim,
+                              self.context if seq_len is None else seq_len,
                               batch=batch, bytes_per_element=bytes_per_element)
 
 
 PRESETS: dict[str, ModelConfig] = {c.name: c for c in [
-    ModelConfig("Transformer (base)", 512, 8, 8, 6, 512, True,
+    ModelConfig("Transformer (base)", 512, 8, 8, 6, None, True,
                 "Vaswani et al. 2017, Table 3 (base): d_model 512, h 8, d_k = d_v = 64, N = 6 layers "
-                "in the encoder and 6 in the decoder; counted here as 6 layers of self-attention"),
+                "in the encoder and 6 in the decoder; counted here as 6 layers of self-attention. No "
+                "fixed context: sinusoidal positions (section 3.5), batches of about 25,000 source and "
+                "25,000 target tokens grouped by length (section 5.1)"),
     ModelConfig("GPT-2 small", 768, 12, 12, 12, 1024, True,
                 "Radford et al. 2019, Table 2 (117M model: 12 layers, d_model 768); 12 heads and a "
                 "1024-token context from the released configuration (n_head, n_ctx)"),
@@ -103,4 +112,59 @@ PRESETS: dict[str, ModelConfig] = {c.name: c for c in [
     ModelConfig("Llama-3-70B", 8192, 64, 8, 80, 8192, False,
                 "Llama Team, AI @ Meta 2024, 'The Llama 3 Herd of Models', Table 3: 80 layers, "
                 "model dimension 8192, 64 attention heads, 8 key/value heads; 8K context at release"),
+    ModelConfig("Mistral-7B", 4096, 32, 8, 32, 8192, False,
+                "Jiang et al. 2023, 'Mistral 7B', Table 1: dim 4096, n_layers 32, head_dim 128, n_heads 32, "
+                "n_kv_heads 8, context_len 8192; its sliding window (4096) and rolling buffer cap the "
+                "cache at 4096 positions, which this count ignores"),
+]}
+
+
+def latent_cache_bytes(layers: int, kv_latent_dim: int, rope_dim: int, seq_len: int, *, batch: int = 1,
+                       bytes_per_element: int = 2) -> int:
+    """Bytes of a multi-head latent attention cache (mha.LatentCache, one per layer).
+
+    Per token and layer it holds the latent c_KV and the shared RoPE key:
+    (kv_latent_dim + rope_dim) x layers x seq_len x batch x bytes, whatever the number of heads.
+    """
+    for name, v in (("layers", layers), ("kv_latent_dim", kv_latent_dim), ("rope_dim", rope_dim),
+                    ("seq_len", seq_len), ("batch", batch), ("bytes_per_element", bytes_per_element)):
+        check_int(name, v)
+    return (kv_latent_dim + rope_dim) * layers * seq_len * batch * bytes_per_element
+
+
+@dataclass(frozen=True)
+class LatentConfig:
+    """The attention shape of a published model with multi-head latent attention (MLA).
+
+    Its heads are not embed_dim / num_heads wide, so it is not a ModelConfig. `source` says
+    where the numbers come from.
+    """
+
+    name: str
+    d_model: int
+    num_heads: int
+    head_dim: int           # d_h: non-RoPE query/key part and value, per head
+    kv_latent_dim: int      # d_c
+    rope_dim: int           # d_h^R: RoPE part of each query, and the shared RoPE key
+    q_latent_dim: int | None
+    num_layers: int
+    context: int
+    source: str
+
+    def cache_elements_per_token(self) -> int:
+        """Values cached per token and layer: kv_latent_dim + rope_dim."""
+        return self.kv_latent_dim + self.rope_dim
+
+    def kv_cache_bytes(self, seq_len: int | None = None, *, batch: int = 1, bytes_per_element: int = 2) -> int:
+        """Cache bytes at seq_len tokens (default: the full context)."""
+        return latent_cache_bytes(self.num_layers, self.kv_latent_dim, self.rope_dim,
+                                  self.context if seq_len is None else seq_len,
+                                  batch=batch, bytes_per_element=bytes_per_element)
+
+
+LATENT_PRESETS: dict[str, LatentConfig] = {c.name: c for c in [
+    LatentConfig("DeepSeek-V2", 5120, 128, 128, 512, 64, 1536, 60, 131072,
+                 "DeepSeek-AI 2024, 'DeepSeek-V2', section 3.1.2: 60 layers, hidden dimension 5120, "
+                 "n_h = 128 heads of d_h = 128, d_c = 512, d_c' = 1536, d_h^R = 64; a 128K context "
+                 "(abstract), taken as 128 x 1024 tokens; Table 1: MLA caches (d_c + d_h^R) l = 9/2 d_h l elements per token"),
 ]}

@@ -9,6 +9,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Rectangle
 
 from ._checks import check_tensor
+from .explorer import attention_explorer  # noqa: F401  (interactive figure, see explorer.py)
 
 HEAD_COLORS = plt.get_cmap("tab10").colors
 
@@ -97,9 +98,11 @@ def plot_mask(mask, *, title: str | None = None, ax=None, query_label: str = "qu
 def plot_head_split(seq_len: int = 4, embed_dim: int = 8, num_heads: int = 2, *, wrong: bool = False):
     """Diagram of (T, C) -> (h, T, d): which token and feature lands in which head.
 
-    Each cell is labelled "t.f" (token t, feature f) and coloured by the head that owns
-    the feature in the correct split. With wrong=True the right-hand side shows a direct
-    view to (h, T, d) instead, where one head receives features of several tokens.
+    Each cell is labelled "t.f" (token t, feature f) and coloured by the head it lands in,
+    in the input x as well as in the heads. The correct split (view to (T, h, d), then
+    transpose) gives each head a vertical stripe of x: all tokens, d features each. With
+    wrong=True the diagram shows a direct view to (h, T, d) instead: each head receives a
+    horizontal band of x, whole tokens cut into rows of d features.
     """
     if embed_dim % num_heads:
         raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
@@ -107,17 +110,21 @@ def plot_head_split(seq_len: int = 4, embed_dim: int = 8, num_heads: int = 2, *,
     ids = np.arange(seq_len * embed_dim).reshape(seq_len, embed_dim)  # token * C + feature
     x = torch.as_tensor(ids)[None]  # (1, T, C)
     if wrong:
-        heads = x.view(1, num_heads, seq_len, d)[0].numpy()
+        heads = x.view(1, num_heads, seq_len, d)[0].numpy()  # (h, T, d): consecutive blocks of memory
     else:
-        heads = x.view(1, seq_len, num_heads, d).transpose(1, 2)[0].numpy()
+        heads = x.view(1, seq_len, num_heads, d).transpose(1, 2)[0].numpy()  # (h, T, d)
+    owner = np.empty(seq_len * embed_dim, dtype=int)  # owner[token * C + feature] = its head
+    for i in range(num_heads):
+        owner[heads[i].ravel()] = i
 
     def draw(ax, grid, x0, y0, title):
         rows, cols = grid.shape
         for r in range(rows):
             for c in range(cols):
                 t, f = divmod(int(grid[r, c]), embed_dim)
-                ax.add_patch(Rectangle((x0 + c, y0 - r), 1, 1, facecolor=HEAD_COLORS[f // d % 10],
-                                       alpha=0.55, edgecolor="white"))
+                color = HEAD_COLORS[owner[grid[r, c]] % 10]
+                ax.add_patch(Rectangle((x0 + c, y0 - r), 1, 1, facecolor=color, alpha=0.55,
+                                       edgecolor="white"))
                 ax.text(x0 + c + 0.5, y0 - r + 0.5, f"{t}.{f}", ha="center", va="center", fontsize=7)
         ax.text(x0 + cols / 2, y0 + 1.4, title, ha="center", fontsize=9)
 

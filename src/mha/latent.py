@@ -1,0 +1,172 @@
+"""Multi-head latent attention (MLA), the attention of DeepSeek-V2 (DeepSeek-AI 2024).
+
+Shapes: B batch, T length, C = embed_dim, h = num_heads, d = head_dim, d_c = kv_latent_dim,
+d_r = rope_dim, d_q = q_latent_dim. Names of the weights follow the paper.
+
+    c_KV = W_DKV x                    (B, T, d_c)    the only thing cached, with k_R
+    k_C  = W_UK c_KV,  v = W_UV c_KV  (B, h, T, d)   keys and values rebuilt from the latent
+    k_R  = RoPE(W_KR x)               (B, T, d_r)    ONE RoPE key, shared by all heads
+    c_Q  = W_DQ x  (or x itself when q_latent_dim is None)
+    q_C  = W_UQ c_Q,  q_R = RoPE(W_QR c_Q)           (B, h, T, d) and (B, h, T, d_r)
+    head i: softmax([q_C; q_R] . [k_C; k_R] / sqrt(d + d_r)) v,  then W_O over all heads
+
+RoPE cannot live inside k_C: a rotation that depends on the key's position would sit between
+W_UK and c_KV, so W_UK could no longer be folded into the queries. The rotated part is kept
+apart (the "decoupled" RoPE key) and cached as it is.
+
+Absorbed form (absorb=True, for inference): q_C . (W_UK_i c) = (W_UK_i^T q_C) . c, so each
+head's query moves into the latent space and attends directly to the cached c_KV; and
+W_O_i (W_UV_i c) folds W_UV into W_O. Attention then runs on one shared key head
+[c_KV; k_R] of width d_c + d_r and one shared value head c_KV: multi-query attention over
+the cache. Same numbers as the explicit form. DeepSeek-V2 adds normalisation layers after
+the latents; this module leaves them out.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._checks import check_int, check_tensor
+from .cache import LatentCache
+from .heads import merge_heads, split_heads
+from .masks import causal_mask
+from .module import _init_linears, _linear
+from .rope import _check_base, apply_rope
+
+
+class MultiHeadLatentAttention(nn.Module):
+    """Multi-head latent attention with decoupled RoPE (DeepSeek-V2's MLA).
+
+    Args:
+        embed_dim: C, width of the input and of the output.
+        num_heads: h.
+        kv_latent_dim: d_c, width of the latent c_KV from which keys and values are rebuilt.
+        rope_dim: d_r (even), width of each head's RoPE query part and of the RoPE key that
+            all heads share.
+        head_dim: d, width of each head's non-RoPE query/key part and of its value
+            (default embed_dim // num_heads).
+        q_latent_dim: d_q, width of the query latent c_Q; None means no query compression
+            (W_UQ and W_QR then read x directly).
+        bias: biases on every projection.
+        rope_base: RoPE's base (theta_i = base ** (-2i / d_r)); interleaved layout.
+
+    A cache costs kv_latent_dim + rope_dim values per token (`cache_width`), whatever h is.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, *, kv_latent_dim: int, rope_dim: int,
+                 head_dim: int | None = None, q_latent_dim: int | None = None, bias: bool = False,
+                 rope_base: float = 10000.0, device=None, dtype=None):
+        super().__init__()
+        check_int("embed_dim", embed_dim)
+        check_int("num_heads", num_heads)
+        check_int("kv_latent_dim", kv_latent_dim)
+        check_int("rope_dim", rope_dim)
+        if rope_dim % 2:
+            raise ValueError(f"rope_dim must be even (RoPE rotates pairs of features), got {rope_dim}")
+        if head_dim is None:
+            if embed_dim % num_heads:
+                raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads} when "
+                                 f"head_dim is not given (or pass head_dim explicitly)")
+            head_dim = embed_dim // num_heads
+        check_int("head_dim", head_dim)
+        if q_latent_dim is not None:
+            check_int("q_latent_dim", q_latent_dim)
+        try:
+            _check_base(rope_base)
+        except (TypeError, ValueError) as err:
+            raise type(err)(str(err).replace("base", "rope_base", 1)) from None
+
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
+        self.kv_latent_dim, self.rope_dim, self.q_latent_dim = kv_latent_dim, rope_dim, q_latent_dim
+        self.bias, self.rope_base = bias, float(rope_base)
+        h, d, d_c, d_r = num_heads, head_dim, kv_latent_dim, rope_dim
+        f = dict(device=device, dtype=dtype)
+        q_in = embed_dim if q_latent_dim is None else q_latent_dim
+        self.w_dq = None if q_latent_dim is None else _linear(embed_dim, q_latent_dim, bias, **f)
+        self.w_uq = _linear(q_in, h * d, bias, **f)        # q_C
+        self.w_qr = _linear(q_in, h * d_r, bias, **f)      # q_R before RoPE
+        self.w_dkv = _linear(embed_dim, d_c, bias, **f)    # c_KV
+        self.w_uk = _linear(d_c, h * d, bias, **f)         # k_C
+        self.w_uv = _linear(d_c, h * d, bias, **f)         # v
+        self.w_kr = _linear(embed_dim, d_r, bias, **f)     # k_R before RoPE
+        self.w_o = _linear(h * d, embed_dim, bias, **f)
+        layers = [self.w_uq, self.w_qr, self.w_dkv, self.w_uk, self.w_uv, self.w_kr, self.w_o]
+        _init_linears(*([self.w_dq] if self.w_dq is not None else []), *layers)
+
+    @property
+    def cache_width(self) -> int:
+        """Values cached per token: kv_latent_dim + rope_dim (576 for DeepSeek-V2)."""
+        return self.kv_latent_dim + self.rope_dim
+
+    def extra_repr(self) -> str:
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}, "
+                f"kv_latent_dim={self.kv_latent_dim}, rope_dim={self.rope_dim}, q_latent_dim={self.q_latent_dim}")
+
+    def forward(self, x, *, is_causal: bool = False, cache: LatentCache | None = None, absorb: bool = False):
+        """x (B, T, embed_dim) -> (B, T, embed_dim).
+
+        Args:
+            is_causal: block later positions, aligned bottom-right (a chunk that follows
+                len(cache) cached tokens sees them all).
+            cache: a LatentCache; the new tokens' c_KV and RoPE key are appended to it, and
+                their positions continue from len(cache). More than one new token needs
+                is_causal=True.
+            absorb: the inference form (W_UK folded into the queries, W_UV into W_O); same
+                numbers. Not available with bias=True.
+        """
+        check_tensor("x", x, dims=3, floating=True)
+        if x.shape[-1] != self.embed_dim:
+            raise ValueError(f"x must have shape (B, T, {self.embed_dim}), got {tuple(x.shape)}")
+        if cache is not None:
+            if not isinstance(cache, LatentCache):
+                raise TypeError(f"cache must be a mha.LatentCache, got {type(cache).__name__}")
+            if x.shape[1] > 1 and not is_causal:
+                raise ValueError("cache= with more than one new token needs is_causal=True: without it "
+                                 "earlier tokens of the chunk would see later ones")
+        if absorb and self.bias:
+            raise ValueError("absorb=True needs bias=False: the absorbed form folds W_UK and W_UV as "
+                             "plain matrices")
+        h, T = self.num_heads, x.shape[1]
+        start = len(cache) if cache is not None else 0
+        positions = torch.arange(start, start + T, device=x.device)            # (T,)
+
+        c_q = x if self.w_dq is None else self.w_dq(x)                          # (B, T, d_q)
+        q_c = split_heads(self.w_uq(c_q), h)                                    # (B, h, T, d)
+        q_r = apply_rope(split_heads(self.w_qr(c_q), h), positions)            # (B, h, T, d_r)
+        c_kv = self.w_dkv(x)                                                    # (B, T, d_c)
+        k_r = apply_rope(self.w_kr(x), positions)                               # (B, T, d_r)
+        if cache is not None:
+            c_kv, k_r = cache.update(c_kv, k_r)                                 # (B, Tk, d_c), (B, Tk, d_r)
+
+        scale = 1.0 / math.sqrt(self.head_dim + self.rope_dim)
+        if absorb:
+            return self._absorbed(q_c, q_r, c_kv, k_r, scale, is_causal)
+        k_c = split_heads(self.w_uk(c_kv), h)                                   # (B, h, Tk, d)
+        v = split_heads(self.w_uv(c_kv), h)                                     # (B, h, Tk, d)
+        q = torch.cat([q_c, q_r], dim=-1)                                       # (B, h, T, d + d_r)
+        k = torch.cat([k_c, k_r[:, None].expand(-1, h, -1, -1)], dim=-1)        # (B, h, Tk, d + d_r)
+        out = _attend(q, k, v, scale, is_causal)                                # (B, h, T, d)
+        return self.w_o(merge_heads(out))                                       # (B, T, C)
+
+    def _absorbed(self, q_c, q_r, c_kv, k_r, scale, is_causal):
+        h, d, d_c, C = self.num_heads, self.head_dim, self.kv_latent_dim, self.embed_dim
+        w_uk = self.w_uk.weight.view(h, d, d_c)                     # head i's W_UK: (d, d_c)
+        q_lat = q_c @ w_uk                                          # (B, h, T, d) @ (h, d, d_c) -> (B, h, T, d_c)
+        q = torch.cat([q_lat, q_r], dim=-1)                         # (B, h, T, d_c + d_r)
+        k = torch.cat([c_kv, k_r], dim=-1)[:, None]                 # (B, 1, Tk, d_c + d_r): one key head
+        v = c_kv[:, None]                                           # (B, 1, Tk, d_c): one value head
+        lat = _attend(q, k.expand(-1, h, -1, -1), v.expand(-1, h, -1, -1), scale, is_causal)  # (B, h, T, d_c)
+        w_o = self.w_o.weight.view(C, h, d)                         # W_O's columns per head
+        w_ouv = torch.einsum("chd,hde->che", w_o, self.w_uv.weight.view(h, d, d_c))   # (C, h, d_c)
+        return F.linear(merge_heads(lat), w_ouv.reshape(C, h * d_c), self.w_o.bias)  # (B, T, C)
+
+
+def _attend(q, k, v, scale, is_causal):
+    """softmax(q k^T * scale) v, causal mask aligned bottom-right. q (B, h, Tq, e), v (B, h, Tk, e_v)."""
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    mask = causal_mask(Tq, Tk, device=q.device) if is_causal and Tq > 1 else None   # (Tq, Tk), True = may attend
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)

@@ -1,0 +1,248 @@
+"""mha.MultiHeadLatentAttention and mha.LatentCache (DeepSeek-V2's multi-head latent attention)."""
+
+import math
+
+import pytest
+import torch
+
+import mha
+
+CONFIGS = {  # name: keyword arguments after (embed_dim=32, num_heads=4)
+    "no query compression": dict(kv_latent_dim=16, rope_dim=4),
+    "query compression": dict(kv_latent_dim=16, rope_dim=4, q_latent_dim=12),
+    "wide heads": dict(kv_latent_dim=24, rope_dim=6, head_dim=10, q_latent_dim=20),
+}
+
+
+def make(dtype=torch.float32, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    kwargs = kwargs or CONFIGS["query compression"]
+    return mha.MultiHeadLatentAttention(32, 4, dtype=dtype, **kwargs)
+
+
+def rand(*shape, seed=1, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+
+
+def reference(m, x, is_causal):
+    """MLA written out head by head from the paper's equations, with explicit loops (float64)."""
+    W = {name: p.detach().double() for name, p in m.named_parameters()}
+    x = x.double()
+    B, T, _ = x.shape
+    h, d, d_r = m.num_heads, m.head_dim, m.rope_dim
+    pos = torch.arange(T)
+    c_q = x @ W["w_dq.weight"].T if m.w_dq is not None else x
+    c_kv = x @ W["w_dkv.weight"].T                                             # (B, T, d_c)
+    k_r = mha.apply_rope(x @ W["w_kr.weight"].T, pos)                          # (B, T, d_r), shared
+    heads = []
+    for i in range(h):
+        rows, rows_r = slice(i * d, (i + 1) * d), slice(i * d_r, (i + 1) * d_r)
+        q = torch.cat([c_q @ W["w_uq.weight"][rows].T,
+                       mha.apply_rope(c_q @ W["w_qr.weight"][rows_r].T, pos)], dim=-1)
+        k = torch.cat([c_kv @ W["w_uk.weight"][rows].T, k_r], dim=-1)
+        v = c_kv @ W["w_uv.weight"][rows].T
+        scores = q @ k.transpose(1, 2) / math.sqrt(d + d_r)                    # (B, T, T)
+        if is_causal:
+            scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        heads.append(torch.softmax(scores, dim=-1) @ v)
+    return torch.cat(heads, dim=-1) @ W["w_o.weight"].T
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_forward_equals_the_papers_equations_head_by_head(config, is_causal):
+    m = make(torch.float64, **CONFIGS[config])
+    x = rand(2, 7, 32, dtype=torch.float64)
+    torch.testing.assert_close(m(x, is_causal=is_causal), reference(m, x, is_causal), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_absorbed_form_equals_the_explicit_form_in_float64(config):
+    m = make(torch.float64, **CONFIGS[config])
+    x = rand(2, 9, 32, dtype=torch.float64)
+    for is_causal in (False, True):
+        torch.testing.assert_close(m(x, is_causal=is_causal, absorb=True), m(x, is_causal=is_causal),
+                                   rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_absorbed_form_is_close_to_the_explicit_form_in_float32(config):
+    m = make(**CONFIGS[config])
+    x = rand(2, 9, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x, is_causal=True, absorb=True), m(x, is_causal=True), rtol=1e-5, atol=1e-5)
+
+
+def decode(m, x, chunks, absorb):
+    cache, outs, start = mha.LatentCache(), [], 0
+    for n in chunks:
+        outs.append(m(x[:, start:start + n], is_causal=n > 1, cache=cache, absorb=absorb))
+        start += n
+    assert len(cache) == start == x.shape[1]
+    return torch.cat(outs, dim=1)
+
+
+@pytest.mark.parametrize("absorb", [False, True])
+@pytest.mark.parametrize("config", CONFIGS)
+def test_token_by_token_decoding_with_a_latent_cache_equals_the_full_causal_forward(config, absorb):
+    m = make(torch.float64, **CONFIGS[config])
+    x = rand(2, 8, 32, dtype=torch.float64)
+    torch.testing.assert_close(decode(m, x, [1] * 8, absorb), m(x, is_causal=True), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("absorb", [False, True])
+def test_chunks_after_cached_tokens_continue_the_positions_and_align_bottom_right(absorb):
+    m = make(torch.float64)
+    x = rand(1, 10, 32, dtype=torch.float64)
+    torch.testing.assert_close(decode(m, x, [4, 3, 1, 2], absorb), m(x, is_causal=True), rtol=0, atol=1e-12)
+
+
+def test_decoding_in_float32_matches_the_full_forward():
+    m = make()
+    x = rand(2, 6, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(decode(m, x, [1] * 6, True), m(x, is_causal=True), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_heads", [1, 4, 8])
+def test_the_cache_holds_kv_latent_dim_plus_rope_dim_values_per_token_whatever_the_heads(num_heads):
+    m = mha.MultiHeadLatentAttention(32, num_heads, kv_latent_dim=16, rope_dim=4)
+    cache = mha.LatentCache()
+    with torch.no_grad():
+        m(rand(3, 5, 32), is_causal=True, cache=cache)
+        m(rand(3, 1, 32, seed=2), cache=cache)
+    assert len(cache) == 6 and m.cache_width == 20
+    assert cache.c_kv.shape == (3, 6, 16) and cache.k_rope.shape == (3, 6, 4)
+    assert cache.nbytes() == (16 + 4) * 6 * 3 * 4                  # float32
+    assert cache.nbytes() == mha.latent_cache_bytes(1, 16, 4, 6, batch=3, bytes_per_element=4)
+
+
+def test_deepseek_v2_shape_caches_576_values_per_token_against_32768_for_mha():
+    m = mha.MultiHeadLatentAttention(256, 2, head_dim=128, kv_latent_dim=512, rope_dim=64)  # V2's widths, 2 heads
+    cache = mha.LatentCache()
+    with torch.no_grad():
+        m(rand(1, 3, 256), is_causal=True, cache=cache)
+    per_token = cache.nbytes() // (len(cache) * 4)
+    assert per_token == m.cache_width == 576
+    assert 2 * 128 * 128 == 32768 and 32768 / 576 > 56                 # MHA with V2's 128 heads of 128
+
+
+def test_the_cached_rope_key_is_already_rotated_and_shared_by_all_heads():
+    m = make(torch.float64)
+    x = rand(1, 5, 32, dtype=torch.float64)
+    cache = mha.LatentCache()
+    m(x, is_causal=True, cache=cache)
+    assert m.w_kr.weight.shape == (m.rope_dim, 32)                   # one RoPE key, not one per head
+    torch.testing.assert_close(cache.k_rope, mha.apply_rope(m.w_kr(x)), rtol=0, atol=0)
+    torch.testing.assert_close(cache.c_kv, m.w_dkv(x), rtol=0, atol=0)
+
+
+def test_causal_forward_ignores_later_tokens_and_the_plain_forward_does_not():
+    m = make(torch.float64)
+    x = rand(1, 6, 32, dtype=torch.float64)
+    x2 = x.clone()
+    x2[:, 4:] = rand(1, 2, 32, seed=5, dtype=torch.float64)
+    assert torch.equal(m(x, is_causal=True)[:, :4], m(x2, is_causal=True)[:, :4])
+    assert not torch.allclose(m(x)[:, :4], m(x2)[:, :4])
+
+
+def test_scores_are_scaled_by_one_over_sqrt_head_dim_plus_rope_dim():
+    m = make(torch.float64, kv_latent_dim=8, rope_dim=2, head_dim=6)
+    x = rand(1, 4, 32, dtype=torch.float64)
+    ref = reference(m, x, False)
+    assert torch.allclose(m(x), ref, rtol=0, atol=1e-12)
+    with torch.no_grad():                                    # a scale of 1/sqrt(head_dim) is measurably different
+        m.w_uq.weight.mul_(math.sqrt(8 / 6))
+        m.w_qr.weight.mul_(math.sqrt(8 / 6))
+    assert not torch.allclose(m(x), ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("absorb", [False, True])
+def test_gradients_reach_every_parameter(absorb):
+    m = make(torch.float64)
+    x = rand(2, 5, 32, dtype=torch.float64).requires_grad_()
+    m(x, is_causal=True, absorb=absorb).pow(2).sum().backward()
+    for name, p in m.named_parameters():
+        assert p.grad is not None and p.grad.isfinite().all() and p.grad.abs().sum() > 0, name
+    assert x.grad.abs().sum() > 0
+
+
+def test_gradients_of_both_forms_agree():
+    grads = []
+    for absorb in (False, True):
+        m = make(torch.float64)
+        m(rand(1, 5, 32, dtype=torch.float64), is_causal=True, absorb=absorb).sum().backward()
+        grads.append({n: p.grad for n, p in m.named_parameters()})
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=0, atol=1e-10)
+
+
+def test_same_seed_same_weights():
+    a, b = make(seed=3), make(seed=3)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_bias_true_runs_explicitly_and_refuses_the_absorbed_form():
+    m = mha.MultiHeadLatentAttention(32, 4, kv_latent_dim=16, rope_dim=4, bias=True)
+    assert m.w_uk.bias is not None
+    assert m(rand(1, 3, 32)).shape == (1, 3, 32)
+    with pytest.raises(ValueError, match="absorb"):
+        m(rand(1, 3, 32), absorb=True)
+
+
+@pytest.mark.parametrize("kwargs, error, word", [
+    (dict(kv_latent_dim=16, rope_dim=3), ValueError, "rope_dim"),
+    (dict(kv_latent_dim=16, rope_dim=0), ValueError, "rope_dim"),
+    (dict(kv_latent_dim=0, rope_dim=4), ValueError, "kv_latent_dim"),
+    (dict(kv_latent_dim=16.0, rope_dim=4), TypeError, "kv_latent_dim"),
+    (dict(kv_latent_dim=16, rope_dim=4, q_latent_dim=0), ValueError, "q_latent_dim"),
+    (dict(kv_latent_dim=16, rope_dim=4, head_dim=0), ValueError, "head_dim"),
+    (dict(kv_latent_dim=16, rope_dim=4, rope_base=1.0), ValueError, "rope_base"),
+    (dict(kv_latent_dim=16, rope_dim=4, rope_base="1e4"), TypeError, "rope_base"),
+])
+def test_bad_configuration_raises(kwargs, error, word):
+    with pytest.raises(error, match=word):
+        mha.MultiHeadLatentAttention(32, 4, **kwargs)
+
+
+def test_indivisible_embed_dim_needs_an_explicit_head_dim():
+    with pytest.raises(ValueError, match="head_dim"):
+        mha.MultiHeadLatentAttention(30, 4, kv_latent_dim=16, rope_dim=4)
+    assert mha.MultiHeadLatentAttention(30, 4, kv_latent_dim=16, rope_dim=4, head_dim=8).head_dim == 8
+
+
+def test_bad_input_raises():
+    m = make()
+    with pytest.raises(ValueError, match="x"):
+        m(rand(3, 32))
+    with pytest.raises(ValueError, match="32"):
+        m(rand(1, 3, 16))
+    with pytest.raises(TypeError, match="floating"):
+        m(torch.ones(1, 3, 32, dtype=torch.long))
+
+
+def test_a_kv_cache_is_refused():
+    with pytest.raises(TypeError, match="LatentCache"):
+        make()(rand(1, 1, 32), cache=mha.KVCache())
+
+
+def test_several_new_tokens_with_a_cache_need_is_causal_and_leave_the_cache_unchanged():
+    cache = mha.LatentCache()
+    with pytest.raises(ValueError, match="is_causal"):
+        make()(rand(1, 3, 32), cache=cache)
+    assert len(cache) == 0 and cache.nbytes() == 0
+
+
+def test_latent_cache_update_checks_shapes_and_reset_empties_it():
+    cache = mha.LatentCache()
+    c, k = cache.update(torch.zeros(2, 3, 16), torch.zeros(2, 3, 4))
+    assert c.shape == (2, 3, 16) and len(cache) == 3
+    with pytest.raises(ValueError, match="LatentCache"):
+        cache.update(torch.zeros(1, 1, 16), torch.zeros(1, 1, 4))        # other batch size
+    with pytest.raises(ValueError, match="LatentCache"):
+        cache.update(torch.zeros(2, 1, 8), torch.zeros(2, 1, 4))         # other latent width
+    with pytest.raises(ValueError, match="agree"):
+        cache.update(torch.zeros(2, 2, 16), torch.zeros(2, 1, 4))
+    assert len(cache) == 3
+    cache.reset()
+    assert len(cache) == 0 and cache.nbytes() == 0

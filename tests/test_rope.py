@@ -1,0 +1,187 @@
+"""mha.apply_rope: rotary position embedding, its two layouts and its relative-position property."""
+
+import math
+
+import pytest
+import torch
+
+import mha
+from mha.rope import layout_permutation, rope_frequencies
+
+
+def rand(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+
+
+def rope_as_complex(x, positions, base=10000.0):
+    """The interleaved layout written independently: pair (2i, 2i+1) is the complex number
+    x[2i] + i x[2i+1], multiplied by exp(i * position * base^(-2i/d)). float64."""
+    d = x.shape[-1]
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())   # (..., T, d/2)
+    theta = torch.tensor([base ** (-2 * i / d) for i in range(d // 2)], dtype=torch.float64)
+    rotation = torch.polar(torch.ones(len(positions), d // 2, dtype=torch.float64),
+                           positions.double()[:, None] * theta)                            # (T, d/2)
+    return torch.view_as_real(z * rotation).flatten(-2)                                     # (..., T, d)
+
+
+def test_interleaved_layout_multiplies_each_pair_by_a_complex_rotation():
+    x = rand(2, 3, 10, 16, dtype=torch.float64)
+    positions = torch.arange(10)
+    torch.testing.assert_close(mha.apply_rope(x), rope_as_complex(x, positions), rtol=0, atol=1e-12)
+
+
+def test_the_default_layout_is_interleaved_and_positions_default_to_arange():
+    x = rand(4, 12, 64)
+    explicit = mha.apply_rope(x, torch.arange(12), base=10000.0, layout="interleaved")
+    assert torch.equal(mha.apply_rope(x), explicit)
+
+
+def test_pair_i_rotates_by_position_times_base_to_the_minus_2i_over_d():
+    d, base = 8, 100.0
+    x = torch.zeros(1, d, dtype=torch.float64)
+    x[0, 2] = 1.0                                    # pair i = 1, first feature
+    out = mha.apply_rope(x, torch.tensor([5]), base=base)
+    angle = 5 * base ** (-2 * 1 / d)
+    torch.testing.assert_close(out[0, 2:4], torch.tensor([math.cos(angle), math.sin(angle)], dtype=torch.float64))
+    assert torch.all(out[0, [0, 1, 4, 5, 6, 7]] == 0)   # other pairs untouched (they were zero)
+
+
+def test_frequencies_are_base_to_the_minus_2i_over_d():
+    theta = rope_frequencies(8, base=10000.0, dtype=torch.float64)
+    torch.testing.assert_close(theta, torch.tensor([1.0, 0.1, 0.01, 0.001], dtype=torch.float64))
+
+
+def test_position_zero_is_the_identity():
+    x = rand(3, 1, 6)
+    for layout in ("interleaved", "half"):
+        assert torch.equal(mha.apply_rope(x, torch.zeros(1, dtype=torch.long), layout=layout), x)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_rotation_keeps_the_length_of_every_vector(layout):
+    x = rand(2, 20, 32, dtype=torch.float64)
+    out = mha.apply_rope(x, layout=layout)
+    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_query_key_dot_product_depends_only_on_the_offset(layout):
+    d = 16
+    q, k = rand(1, d, seed=1, dtype=torch.float64), rand(1, d, seed=2, dtype=torch.float64)
+
+    def score(m, n):
+        qm = mha.apply_rope(q, torch.tensor([m]), layout=layout)
+        kn = mha.apply_rope(k, torch.tensor([n]), layout=layout)
+        return float(qm @ kn.T)
+
+    for m, n in [(3, 1), (7, 7), (2, 9)]:
+        for shift in (1, 10, 500):
+            assert score(m + shift, n + shift) == pytest.approx(score(m, n), abs=1e-10)
+    assert abs(score(3, 1) - score(4, 1)) > 1e-3     # the offset itself does matter
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_negative_positions_undo_the_rotation(layout):
+    x = rand(2, 5, 12, dtype=torch.float64)
+    p = torch.tensor([0, 3, 8, 100, 4096])
+    back = mha.apply_rope(mha.apply_rope(x, p, layout=layout), -p, layout=layout)
+    torch.testing.assert_close(back, x, rtol=0, atol=1e-12)
+
+
+def test_half_layout_is_the_interleaved_one_under_a_fixed_feature_permutation():
+    d = 64
+    x = rand(4, 12, d)
+    P = layout_permutation(d)                                         # [0, 32, 1, 33, ...]
+    assert P[:4].tolist() == [0, 32, 1, 33]
+    P_inv = torch.argsort(P)
+    half = mha.apply_rope(x, layout="half")
+    converted = mha.apply_rope(x[..., P], layout="interleaved")[..., P_inv]
+    torch.testing.assert_close(half, converted, rtol=0, atol=0)
+
+
+def test_permuting_the_projection_rows_converts_attention_scores_between_layouts():
+    d, T = 8, 6
+    w_q, w_k, x = rand(d, d, seed=1), rand(d, d, seed=2), rand(T, d, seed=3)
+    P = layout_permutation(d)
+    scores_half = mha.apply_rope(x @ w_q.T, layout="half") @ mha.apply_rope(x @ w_k.T, layout="half").T
+    q_i = mha.apply_rope(x @ w_q[P].T, layout="interleaved")          # rows of W_Q permuted
+    k_i = mha.apply_rope(x @ w_k[P].T, layout="interleaved")
+    torch.testing.assert_close(q_i @ k_i.T, scores_half, rtol=1e-5, atol=1e-5)
+
+
+def test_mixing_up_the_layouts_gives_different_numbers_without_an_error():
+    x = rand(10, 16)
+    diff = (mha.apply_rope(x, layout="half") - mha.apply_rope(x, layout="interleaved")).abs().max()
+    assert diff > 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_output_keeps_the_input_dtype(dtype):
+    x = rand(2, 7, 8, dtype=dtype)
+    out = mha.apply_rope(x)
+    assert out.dtype == dtype and out.shape == x.shape
+
+
+def test_half_precision_angles_are_computed_in_float32():
+    x = rand(1, 4000, 8)
+    p = torch.arange(4000)
+    ref = mha.apply_rope(x, p)                                      # float32
+    torch.testing.assert_close(mha.apply_rope(x.half(), p).float(), ref, rtol=0, atol=1e-2)
+
+
+def test_float64_input_gets_float64_angles_at_large_positions():
+    x = rand(3, 32, dtype=torch.float64)
+    p = torch.tensor([10**6, 10**6 + 1, 123_456_789])
+    torch.testing.assert_close(mha.apply_rope(x, p), rope_as_complex(x, p), rtol=0, atol=1e-9)
+
+
+def test_positions_broadcast_over_heads_one_row_per_sequence():
+    x = rand(2, 3, 5, 8)                                             # (B, h, T, d)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])[:, None]   # (B, 1, T)
+    out = mha.apply_rope(x, positions)
+    assert torch.equal(out[0], mha.apply_rope(x[0], torch.arange(5)))
+    assert torch.equal(out[1], mha.apply_rope(x[1], torch.arange(7, 12)))
+
+
+def test_odd_feature_count_raises():
+    with pytest.raises(ValueError, match="even"):
+        mha.apply_rope(torch.randn(4, 7))
+
+
+def test_unknown_layout_raises():
+    with pytest.raises(ValueError, match="layout"):
+        mha.apply_rope(torch.randn(4, 8), layout="rotate_half")
+
+
+@pytest.mark.parametrize("positions, error", [
+    (torch.arange(5), ValueError),                       # wrong length
+    (torch.arange(4.0), TypeError),                      # floating positions
+    (torch.ones(4, dtype=torch.bool), TypeError),
+    (torch.tensor(3), ValueError),                       # a scalar
+    (torch.arange(4).repeat(3, 1), ValueError),          # (3, T) does not broadcast to (2, T)
+    ([0, 1, 2, 3], TypeError),                           # not a tensor
+])
+def test_bad_positions_raise(positions, error):
+    with pytest.raises(error, match="positions"):
+        mha.apply_rope(torch.randn(2, 4, 8), positions)
+
+
+@pytest.mark.parametrize("x, error", [(torch.arange(8), TypeError), (torch.randn(8), ValueError),
+                                      (torch.randn(2, 8).numpy(), TypeError)])
+def test_bad_input_raises(x, error):
+    with pytest.raises(error, match="x"):
+        mha.apply_rope(x)
+
+
+@pytest.mark.parametrize("base, error", [(1.0, ValueError), (0, ValueError), (-5, ValueError),
+                                         (float("inf"), ValueError), ("10000", TypeError)])
+def test_bad_base_raises(base, error):
+    with pytest.raises(error, match="base"):
+        mha.apply_rope(torch.randn(2, 8), base=base)
+
+
+def test_gradient_is_the_inverse_rotation():
+    x = rand(5, 8, dtype=torch.float64).requires_grad_()
+    g = rand(5, 8, seed=9, dtype=torch.float64)
+    (mha.apply_rope(x) * g).sum().backward()
+    torch.testing.assert_close(x.grad, mha.apply_rope(g, -torch.arange(5)), rtol=0, atol=1e-12)
