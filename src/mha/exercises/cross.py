@@ -1,0 +1,288 @@
+"""Exercises of lesson 07, cross-attention: its shapes, the mask of each role, an alignment score."""
+
+from __future__ import annotations
+
+import torch
+
+from ._core import Case, Exercise, Mistake
+from .heads import _int, _randn
+
+
+def _other_than(g: torch.Generator, low: int, high: int, avoid: int) -> int:
+    """A random int in [low, high] different from ``avoid`` (the range must hold another)."""
+    value = _int(g, low, high - 1)
+    return value + 1 if value >= avoid else value
+
+
+# ---------------------------------------------------------------- 1. shapes
+
+def cross_attention_shapes(batch: int, tgt_len: int, src_len: int, embed_dim: int, kdim: int,
+                           num_heads: int) -> dict:
+    """The shapes inside MultiHeadAttention(embed_dim, num_heads, kdim=kdim, vdim=kdim)
+    called with a query (batch, tgt_len, embed_dim) and key = value (batch, src_len, kdim)."""
+    if embed_dim % num_heads != 0:
+        raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}")
+    B, Tq, Tk, C, h = batch, tgt_len, src_len, embed_dim, num_heads
+    d = C // h
+    return {"k_proj": (C, kdim), "q": (B, h, Tq, d), "k": (B, h, Tk, d), "v": (B, h, Tk, d),
+            "scores": (B, h, Tq, Tk), "out": (B, Tq, C)}
+
+
+def _shapes_wrong(*, head_from_kdim=False, scores_swapped=False, out_from_source=False,
+                  kv_from_target=False, proj_transposed=False):
+    def wrong(B, Tq, Tk, C, kdim, h):
+        right = cross_attention_shapes(B, Tq, Tk, C, kdim, h)
+        if head_from_kdim:
+            right["k"] = right["v"] = (B, h, Tk, kdim // h)
+        if scores_swapped:
+            right["scores"] = (B, h, Tk, Tq)
+        if out_from_source:
+            right["out"] = (B, Tk, C)
+        if kv_from_target:
+            right["k"] = right["v"] = (B, h, Tq, C // h)
+            right["scores"] = (B, h, Tq, Tq)
+        if proj_transposed:
+            right["k_proj"] = (kdim, C)
+        return right
+    return wrong
+
+
+def _shapes_public(g):
+    return [Case((2, 5, 7, 32, 24, 2), note="a decoder of width 32 reads an encoder of width 24"),
+            Case((1, 3, 10, 512, 768, 8), note="a wider encoder"),
+            Case((2, 4, 6, 10, 8, 3), raises="ValueError", note="embed_dim=10 is not divisible by num_heads=3")]
+
+
+def _shapes_hidden(g):
+    cases = []
+    for _ in range(2):  # tgt_len != src_len and kdim // h != embed_dim // h: every mistake shows
+        h, d = _int(g, 2, 8), _int(g, 2, 32)
+        kdim = h * _other_than(g, 1, 48, d) + _int(g, 0, h - 1)
+        tq = _int(g, 1, 20)
+        cases.append(Case((_int(g, 1, 8), tq, _other_than(g, 1, 40, tq), h * d, kdim, h)))
+    h = _int(g, 3, 7)
+    cases.append(Case((_int(g, 1, 8), _int(g, 1, 20), _int(g, 1, 20), h * _int(g, 2, 30) + 1, _int(g, 4, 64), h),
+                      raises="ValueError", note="embed_dim not divisible by num_heads"))
+    return cases
+
+
+CROSS_SHAPES = Exercise(
+    id="cross.cross_attention_shapes", title="The shapes of cross-attention", lesson="07-cross-attention",
+    function="cross_attention_shapes",
+    params=("batch", "tgt_len", "src_len", "embed_dim", "kdim", "num_heads"), points=3,
+    reference=cross_attention_shapes, public=_shapes_public, hidden=_shapes_hidden, answer="shapes",
+    public_seed=701, dtypes=(),
+    mistakes=(
+        Mistake("the keys are projected from kdim to embed_dim before the split, so every head has "
+                "width embed_dim // num_heads, for the keys and values too", _shapes_wrong(head_from_kdim=True)),
+        Mistake("the scores have one row per query (target position) and one column per key "
+                "(source position): (batch, h, tgt_len, src_len)", _shapes_wrong(scores_swapped=True)),
+        Mistake("the output has one vector per query: its length is the target's, not the source's",
+                _shapes_wrong(out_from_source=True)),
+        Mistake("in cross-attention the keys and values come from the encoder, so they have the "
+                "source's length", _shapes_wrong(kv_from_target=True)),
+        Mistake("nn.Linear stores its weight as (out_features, in_features): the key projection maps "
+                "kdim features to embed_dim, so its weight is (embed_dim, kdim)", _shapes_wrong(proj_transposed=True)),
+    ),
+    forbidden=("mha",),
+)
+
+
+# ---------------------------------------------------------------- 2. the mask of each role
+
+ROLES = ("encoder", "decoder", "cross")
+
+
+def mask_for_role(role: str, src_lengths: torch.Tensor, tgt_lengths: torch.Tensor, src_len: int,
+                  tgt_len: int) -> torch.Tensor:
+    """Bool (B, 1, Tq, Tk), True = may attend, for one attention of an encoder-decoder.
+
+    "encoder": (B, 1, src_len, src_len), key j is a real source token (j < src_lengths[b]).
+    "decoder": (B, 1, tgt_len, tgt_len), key j <= query i and j < tgt_lengths[b].
+    "cross":   (B, 1, tgt_len, src_len), key j < src_lengths[b]; no causal part.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    B = len(src_lengths)
+    src_real = torch.arange(src_len)[None, :] < src_lengths[:, None]     # (B, S): real source keys
+    if role == "encoder":
+        return src_real[:, None, None, :].expand(B, 1, src_len, src_len)
+    if role == "cross":
+        return src_real[:, None, None, :].expand(B, 1, tgt_len, src_len)
+    pos = torch.arange(tgt_len)
+    not_future = pos[None, :] <= pos[:, None]                            # (T, T), rows = queries
+    tgt_real = pos[None, :] < tgt_lengths[:, None]                       # (B, T): real target keys
+    return (not_future[None] & tgt_real[:, None, :])[:, None]            # (B, 1, T, T)
+
+
+def _causal_on_cross(align):
+    def wrong(role, src_lengths, tgt_lengths, S, T):
+        right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
+        if role != "cross":
+            return right
+        offset = S - T if align == "bottom-right" else 0
+        return right & torch.ones(T, S, dtype=torch.bool).tril(diagonal=offset)
+    return wrong
+
+
+def _padding_on_queries(role, src_lengths, tgt_lengths, S, T):
+    """Padding applied to the query rows instead of the key columns."""
+    if role not in ROLES:
+        raise ValueError(role)
+    q_len, k_len = (S, S) if role == "encoder" else (T, S if role == "cross" else T)
+    lengths = src_lengths if role == "encoder" else tgt_lengths
+    rows = torch.arange(q_len)[None, :] < lengths[:, None]               # (B, Tq)
+    out = rows[:, None, :, None].expand(len(lengths), 1, q_len, k_len)
+    if role == "decoder":
+        out = out & torch.ones(T, T, dtype=torch.bool).tril()
+    return out
+
+
+def _decoder_not_causal(role, src_lengths, tgt_lengths, S, T):
+    right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
+    if role != "decoder":
+        return right
+    real = torch.arange(T)[None, :] < tgt_lengths[:, None]
+    return real[:, None, None, :].expand(len(tgt_lengths), 1, T, T)
+
+
+def _cross_with_target_lengths(role, src_lengths, tgt_lengths, S, T):
+    right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
+    if role != "cross":
+        return right
+    real = torch.arange(S)[None, :] < tgt_lengths[:, None]
+    return real[:, None, None, :].expand(len(tgt_lengths), 1, T, S)
+
+
+def _role_cases(src_lengths, tgt_lengths, S, T):
+    return [Case(("encoder", src_lengths, tgt_lengths, S, T), note="encoder self-attention"),
+            Case(("decoder", src_lengths, tgt_lengths, S, T), note="decoder self-attention"),
+            Case(("cross", src_lengths, tgt_lengths, S, T), note="cross-attention")]
+
+
+def _role_public(g):
+    cases = _role_cases(torch.tensor([5, 3]), torch.tensor([4, 2]), 5, 4)
+    cases += _role_cases(torch.tensor([2, 6, 4]), torch.tensor([7, 3, 1]), 6, 7)[2:]
+    cases.append(Case(("self", torch.tensor([5, 3]), torch.tensor([4, 2]), 5, 4), raises="ValueError",
+                      note="an unknown role"))
+    return cases
+
+
+def _role_hidden(g):
+    # Sequence 0 has a full source and a padded target, sequence 1 a padded source and a
+    # padded target of length >= 2, tgt_len != src_len: each listed mistake changes some entry.
+    S, T = _int(g, 3, 9), _int(g, 3, 9)
+    if S == T:
+        T += 1
+    B = _int(g, 2, 4)
+    src = torch.randint(1, S + 1, (B,), generator=g)
+    tgt = torch.randint(1, T + 1, (B,), generator=g)
+    src[0], tgt[0] = S, _int(g, 1, min(S, T) - 1)
+    src[1], tgt[1] = _int(g, 1, S - 1), _int(g, 2, T - 1)
+    cases = _role_cases(src, tgt, S, T)
+    bad = ("Encoder", "self", "causal", "")[_int(g, 0, 3)]
+    cases.append(Case((bad, src, tgt, S, T), raises="ValueError", note="an unknown role"))
+    return cases
+
+
+def _role_explain(case, outcome):
+    role, src_lengths, tgt_lengths, S, T = case.args
+    if outcome.status == "value" and outcome.value.kind == "tensor" and role in ROLES:
+        q_len, k_len = (S, S) if role == "encoder" else (T, S if role == "cross" else T)
+        shape = tuple(outcome.value.data.shape)
+        if shape == (len(src_lengths), 1, 1, k_len):
+            return f"expand the mask to (B, 1, Tq, Tk) = {(len(src_lengths), 1, q_len, k_len)}, one row per query"
+        if shape == (len(src_lengths), q_len, k_len):
+            return "add the head axis: the mask is (B, 1, Tq, Tk) so that it broadcasts over heads"
+    return None
+
+
+ROLE_MASK = Exercise(
+    id="cross.mask_for_role", title="The mask of each role", lesson="07-cross-attention",
+    function="mask_for_role", params=("role", "src_lengths", "tgt_lengths", "src_len", "tgt_len"), points=5,
+    reference=mask_for_role, public=_role_public, hidden=_role_hidden, public_seed=702, dtypes=(),
+    mistakes=(
+        Mistake("True = may attend: a key is allowed when the mask is True",
+                lambda *a: ~mask_for_role(*a)),
+        Mistake("cross-attention takes no causal mask: the whole source is known before decoding "
+                "starts, so every target position may read every real source token",
+                _causal_on_cross("top-left")),
+        Mistake("cross-attention takes no causal mask: the whole source is known before decoding "
+                "starts, so every target position may read every real source token",
+                _causal_on_cross("bottom-right")),
+        Mistake("padding hides keys, the columns (last axis): a real query must never read a padded "
+                "key, whereas hiding query rows lets it", _padding_on_queries),
+        Mistake("the decoder's self-attention is causal: target position i may not read target "
+                "positions after i", _decoder_not_causal),
+        Mistake("the keys of cross-attention are source tokens: hide the source's padding "
+                "(src_lengths), not the target's", _cross_with_target_lengths),
+    ),
+    forbidden=("mha",), explain=_role_explain,
+)
+
+
+# ---------------------------------------------------------------- 3. alignment score
+
+def alignment_accuracy(weights: torch.Tensor, ideal: torch.Tensor) -> torch.Tensor:
+    """weights (B, h, Tq, Tk), ideal (Tq,) int -> (h,): per head, the fraction of (sequence,
+    query) pairs whose largest weight sits on key ideal[i]. Same dtype as weights."""
+    hits = weights.argmax(dim=-1) == ideal           # (B, h, Tq)
+    return hits.to(weights.dtype).mean(dim=(0, 2))   # (h,)
+
+
+def _planted(g, B, h, Tq, Tk, ideal, dtype, sharp=4.0):
+    """Weights whose rows peak at key ideal[i] in head 0, and random rows in the other heads."""
+    scores = _randn(g, B, h, Tq, Tk, dtype=torch.float64)
+    scores[:, 0, torch.arange(Tq), ideal] += sharp
+    return torch.softmax(scores, dim=-1).to(dtype)
+
+
+def _shift(T, s):
+    return (torch.arange(T) + s) % T
+
+
+def _align_public(g):
+    T = 6
+    return [Case((_planted(g, 3, 2, T, T, _shift(T, 1), torch.float32), _shift(T, 1)),
+                 note="key i + 1 for query i, a peaked head and a random one"),
+            Case((_planted(g, 2, 3, 4, 7, torch.tensor([6, 4, 2, 0]), torch.float64), torch.tensor([6, 4, 2, 0])),
+                 note="fewer queries than keys, float64"),
+            Case((_planted(g, 4, 1, 5, 5, torch.arange(4, -1, -1), torch.float32, sharp=1.0),
+                  torch.arange(4, -1, -1)), note="reversal, one head")]
+
+
+def _align_hidden(g):
+    # Case 0 plants a cyclic shift that is not its own inverse (2s != T mod T): the argmax over
+    # queries then disagrees with the argmax over keys in the peaked head.
+    T = _int(g, 3, 9)
+    s = _int(g, 1, T - 1)
+    if 2 * s == T:
+        s = 1
+    B, h = _int(g, 2, 5), _int(g, 2, 4)
+    tq, tk = _int(g, 2, 8), _int(g, 2, 10)
+    ideal = torch.randint(0, tk, (tq,), generator=g)
+    ideal_t = torch.randint(0, T, (T,), generator=g)
+    return [Case((_planted(g, B, h, T, T, _shift(T, s), torch.float32), _shift(T, s))),
+            Case((_planted(g, _int(g, 1, 4), _int(g, 1, 3), tq, tk, ideal, torch.float64), ideal)),
+            Case((_planted(g, _int(g, 1, 4), _int(g, 2, 3), T, T, ideal_t, torch.float32, sharp=2.0), ideal_t))]
+
+
+ALIGNMENT = Exercise(
+    id="cross.alignment_accuracy", title="How close to the ideal alignment?", lesson="07-cross-attention",
+    function="alignment_accuracy", params=("weights", "ideal"), points=4,
+    reference=alignment_accuracy, public=_align_public, hidden=_align_hidden, public_seed=703,
+    mistakes=(
+        Mistake("take the argmax over the keys, the last axis: for each query, the source position "
+                "with the largest weight",
+                lambda w, ideal: (w.argmax(dim=-2) == ideal).to(w.dtype).mean(dim=(0, 2))),
+        Mistake("one score per head: average over the sequences and the queries (dims 0 and 2), "
+                "not over the heads",
+                lambda w, ideal: (w.argmax(dim=-1) == ideal).to(w.dtype).mean()),
+        Mistake("return a fraction between 0 and 1: divide the number of hits by the number of "
+                "(sequence, query) pairs",
+                lambda w, ideal: (w.argmax(dim=-1) == ideal).to(w.dtype).sum(dim=(0, 2))),
+    ),
+    forbidden=("mha",),
+)
+
+EXERCISES = (CROSS_SHAPES, ROLE_MASK, ALIGNMENT)

@@ -1,0 +1,90 @@
+"""Correct solutions of lesson 07's exercises, written differently from the references."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+# ------------------------------------------------------------ cross.cross_attention_shapes
+
+def shapes_by_running_it(batch, tgt_len, src_len, embed_dim, kdim, num_heads):
+    """Push meta tensors (shapes without data) through the projections and the reshapes."""
+    if embed_dim % num_heads:
+        raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
+    d = embed_dim // num_heads
+    query = torch.empty(batch, tgt_len, embed_dim, device="meta")
+    memory = torch.empty(batch, src_len, kdim, device="meta")
+    w_q = torch.empty(embed_dim, embed_dim, device="meta")
+    w_k = torch.empty(embed_dim, kdim, device="meta")      # nn.Linear layout: (out, in)
+
+    def heads(x):
+        return x.view(batch, x.shape[1], num_heads, d).transpose(1, 2)
+
+    q, k = heads(query @ w_q.T), heads(memory @ w_k.T)
+    v = heads(memory @ w_k.T)
+    scores = q @ k.transpose(-2, -1)
+    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(batch, tgt_len, embed_dim)
+    return {name: tuple(t.shape) for name, t in
+            (("k_proj", w_k), ("q", q), ("k", k), ("v", v), ("scores", scores), ("out", out))}
+
+
+def shapes_by_hand(batch, tgt_len, src_len, embed_dim, kdim, num_heads):
+    d, rest = divmod(embed_dim, num_heads)
+    if rest != 0:
+        raise ValueError("num_heads must divide embed_dim")
+    per_head = lambda length: (batch, num_heads, length, d)  # noqa: E731
+    return dict(q=per_head(tgt_len), k=per_head(src_len), v=per_head(src_len),
+                scores=(batch, num_heads, tgt_len, src_len), out=(batch, tgt_len, embed_dim),
+                k_proj=(embed_dim, kdim))
+
+
+# ------------------------------------------------------------ cross.mask_for_role
+
+def mask_with_loops(role, src_lengths, tgt_lengths, src_len, tgt_len):
+    if role not in {"encoder", "decoder", "cross"}:
+        raise ValueError(f"unknown role {role!r}")
+    rows = src_len if role == "encoder" else tgt_len
+    cols = tgt_len if role == "decoder" else src_len
+    lengths = tgt_lengths if role == "decoder" else src_lengths
+    out = []
+    for b in range(len(src_lengths)):
+        n = int(lengths[b])
+        out.append([[[j < n and (role != "decoder" or j <= i) for j in range(cols)] for i in range(rows)]])
+    return torch.tensor(out, dtype=torch.bool).reshape(len(src_lengths), 1, rows, cols)
+
+
+def mask_with_numpy(role, src_lengths, tgt_lengths, src_len, tgt_len):
+    shapes = {"encoder": (src_len, src_len), "decoder": (tgt_len, tgt_len), "cross": (tgt_len, src_len)}
+    if role not in shapes:
+        raise ValueError(f"role must be encoder, decoder or cross, not {role!r}")
+    q_len, k_len = shapes[role]
+    lengths = (tgt_lengths if role == "decoder" else src_lengths).numpy()
+    keys = np.arange(k_len)
+    allowed = np.broadcast_to(keys < lengths[:, None, None, None], (len(lengths), 1, q_len, k_len))
+    if role == "decoder":
+        allowed = allowed & np.tri(q_len, k_len, dtype=bool)
+    return torch.from_numpy(np.ascontiguousarray(allowed))
+
+
+# ------------------------------------------------------------ cross.alignment_accuracy
+
+def alignment_per_head_loop(weights, ideal):
+    scores = []
+    for head in weights.unbind(dim=1):                      # (B, Tq, Tk) each
+        best = head.max(dim=-1).indices                     # (B, Tq)
+        scores.append((best == ideal[None, :]).double().sum() / best.numel())
+    return torch.stack(scores).to(weights.dtype)
+
+
+def alignment_numpy(weights, ideal):
+    w = weights.detach().double().numpy()
+    hits = np.argmax(w, axis=3) == ideal.numpy()            # (B, h, Tq)
+    return torch.from_numpy(hits.transpose(1, 0, 2).reshape(w.shape[1], -1).mean(axis=1)).to(weights.dtype)
+
+
+CORRECT = {
+    "cross.cross_attention_shapes": [shapes_by_running_it, shapes_by_hand],
+    "cross.mask_for_role": [mask_with_loops, mask_with_numpy],
+    "cross.alignment_accuracy": [alignment_per_head_loop, alignment_numpy],
+}
