@@ -1,4 +1,5 @@
-"""Exercises of lesson 01, why multiple heads: attention weights, one head, many heads."""
+"""Exercises on attention heads: attention weights and one head (lesson 01, one head from
+scratch), and many heads (lesson 03, dimension math, after the reshapes it needs)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _weights_hidden(g):
 
 
 WEIGHTS = Exercise(
-    id="heads.attention_weights", title="Attention weights", lesson="02-why-multiple-heads",
+    id="heads.attention_weights", title="Attention weights", lesson="01-one-head",
     function="attention_weights", params=("q", "k"), points=3,
     reference=attention_weights, public=_weights_public, hidden=_weights_hidden, public_seed=101,
     mistakes=(
@@ -68,9 +69,9 @@ def single_head(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torc
     return weights @ v
 
 
-def _single_case(g, t, c, d, dtype=torch.float32):
-    return Case((_randn(g, t, c, dtype=dtype), _randn(g, c, d, dtype=dtype), _randn(g, c, d, dtype=dtype),
-                 _randn(g, c, d, dtype=dtype)))
+def _single_case(g, t, c, d, dtype=torch.float32, scale=1.0):
+    return Case((_randn(g, t, c, dtype=dtype), _randn(g, c, d, dtype=dtype, scale=scale),
+                 _randn(g, c, d, dtype=dtype, scale=scale), _randn(g, c, d, dtype=dtype, scale=scale)))
 
 
 def _single_public(g):
@@ -78,9 +79,12 @@ def _single_public(g):
 
 
 def _single_hidden(g):
-    return [_single_case(g, _int(g, 2, 8), c, _int(g, 2, c), dt)
-            for c, dt in ((_int(g, 3, 12), torch.float32), (_int(g, 3, 12), torch.float64),
-                          (_int(g, 3, 12), torch.float32))]
+    cases = [_single_case(g, _int(g, 2, 8), c, _int(g, 2, c), dt)
+             for c, dt in ((_int(g, 3, 12), torch.float32), (_int(g, 3, 12), torch.float64))]
+    # Always one head narrower than C, with weights small enough that the softmax is not
+    # saturated: there, scaling by sqrt(C) instead of sqrt(d) changes the answer.
+    c = _int(g, 3, 12)
+    return cases + [_single_case(g, _int(g, 2, 8), c, _int(g, 2, c - 1), torch.float32, scale=c ** -0.5)]
 
 
 def _single_explain(case, outcome):
@@ -92,7 +96,7 @@ def _single_explain(case, outcome):
 
 
 SINGLE = Exercise(
-    id="heads.single_head", title="One attention head", lesson="02-why-multiple-heads",
+    id="heads.single_head", title="One attention head", lesson="01-one-head",
     function="single_head", params=("x", "w_q", "w_k", "w_v"), points=3,
     reference=single_head, public=_single_public, hidden=_single_hidden, public_seed=102,
     mistakes=(
@@ -153,7 +157,7 @@ def _multi_hidden(g):
 
 
 MULTI = Exercise(
-    id="heads.multi_head", title="Many heads", lesson="02-why-multiple-heads",
+    id="heads.multi_head", title="Many heads", lesson="03-dimension-math",
     function="multi_head", params=("x", "w_q", "w_k", "w_v", "w_o", "num_heads"), points=6,
     reference=multi_head, public=_multi_public, hidden=_multi_hidden, public_seed=103,
     mistakes=(

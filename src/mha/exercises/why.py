@@ -1,0 +1,165 @@
+"""Exercises of lesson 02, why multiple heads: combining heads through W_O, ablating a head,
+and measuring where a head looks."""
+
+from __future__ import annotations
+
+import torch
+
+from ._core import Case, Exercise, Mistake
+from .heads import NO_MHA, _int, _randn
+
+
+def _concat(head_outputs: torch.Tensor) -> torch.Tensor:
+    """(h, T, d_h) -> (T, h * d_h): token t's row is [head 0's row t | head 1's row t | ...]."""
+    h, T, d = head_outputs.shape
+    return head_outputs.transpose(0, 1).reshape(T, h * d)   # (T, h, d_h) -> (T, h * d_h)
+
+
+def _heads_case(g, h, T, d, dtype=torch.float32, *extra):
+    c = h * d
+    return Case((_randn(g, h, T, d, dtype=dtype), _randn(g, c, c, dtype=dtype, scale=c ** -0.5), *extra))
+
+
+# ---------------------------------------------------------------- 1. combine the heads
+
+def combine_heads(head_outputs: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:
+    """head_outputs (h, T, d_h), w_o (C, C) with C = h * d_h -> (T, C): concat(heads) @ w_o."""
+    return _concat(head_outputs) @ w_o
+
+
+def _combine_public(g):
+    return [_heads_case(g, 2, 3, 2), _heads_case(g, 3, 4, 2, torch.float64), _heads_case(g, 4, 2, 3)]
+
+
+def _combine_hidden(g):
+    return [_heads_case(g, _int(g, 2, 4), _int(g, 2, 6), _int(g, 2, 5), dt)
+            for dt in (torch.float32, torch.float64, torch.float32)]
+
+
+COMBINE = Exercise(
+    id="why.combine_heads", title="Combine the heads through W_O", lesson="02-why-multiple-heads",
+    function="combine_heads", params=("head_outputs", "w_o"), points=3,
+    reference=combine_heads, public=_combine_public, hidden=_combine_hidden, public_seed=211,
+    mistakes=(
+        Mistake("the concatenated heads still go through the output projection: concat @ w_o",
+                lambda o, w: _concat(o)),
+        Mistake("concatenate along the features: token t's row is [head 0's row t | head 1's row t "
+                "| ...]; reshaping (h, T, d_h) straight to (T, h * d_h) mixes up tokens",
+                lambda o, w: o.reshape(o.shape[1], -1) @ w),
+        Mistake("keep each head's d_h features together, in head order [head 0 | head 1 | ...], "
+                "not interleaved feature by feature",
+                lambda o, w: o.permute(1, 2, 0).reshape(o.shape[1], -1) @ w),
+    ),
+    forbidden=NO_MHA,
+)
+
+
+# ---------------------------------------------------------------- 2. ablate one head
+
+def ablate_head(head_outputs: torch.Tensor, w_o: torch.Tensor, head: int) -> torch.Tensor:
+    """The layer's output (T, C) with head `head` removed: its rows of w_o set to zero."""
+    d = head_outputs.shape[-1]
+    w = w_o.clone()
+    w[head * d:(head + 1) * d] = 0                # rows [head * d_h, (head + 1) * d_h) read this head
+    return _concat(head_outputs) @ w
+
+
+def _zero_columns(o, w, head):
+    d = o.shape[-1]
+    w = w.clone()
+    w[:, head * d:(head + 1) * d] = 0
+    return _concat(o) @ w
+
+
+def _drop_and_shift(o, w, head):
+    others = torch.cat([o[:head], o[head + 1:]])   # (h - 1, T, d_h)
+    return _concat(others) @ w[:others.shape[0] * o.shape[-1]]
+
+
+def _only_that_head(o, w, head):
+    d = o.shape[-1]
+    return o[head] @ w[head * d:(head + 1) * d]
+
+
+def _ablate_public(g):
+    return [_heads_case(g, 2, 3, 2, torch.float32, 0), _heads_case(g, 3, 4, 2, torch.float64, 1),
+            _heads_case(g, 4, 2, 3, torch.float32, 3)]
+
+
+def _ablate_hidden(g):
+    cases = []
+    for dt in (torch.float32, torch.float64, torch.float32):
+        h = _int(g, 2, 4)
+        cases.append(_heads_case(g, h, _int(g, 2, 6), _int(g, 2, 4), dt, _int(g, 0, h - 1)))
+    h = _int(g, 2, 4)                             # a head that is not the last one, always
+    cases[-1] = _heads_case(g, h, _int(g, 2, 6), _int(g, 2, 4), torch.float32, _int(g, 0, h - 2))
+    return cases
+
+
+ABLATE = Exercise(
+    id="why.ablate_head", title="Remove one head", lesson="02-why-multiple-heads",
+    function="ablate_head", params=("head_outputs", "w_o", "head"), points=3,
+    reference=ablate_head, public=_ablate_public, hidden=_ablate_hidden, public_seed=212,
+    mistakes=(
+        Mistake("in concat @ w_o, head i is read by the ROWS [i * d_h, (i + 1) * d_h) of w_o: zero "
+                "those rows, not the columns", _zero_columns),
+        Mistake("dropping the head from the concatenation shifts the later heads onto the wrong rows "
+                "of w_o: keep every head in its place and zero the removed one", _drop_and_shift),
+        Mistake("removing a head keeps the others: return what every OTHER head contributes, "
+                "not the removed head's own contribution", _only_that_head),
+    ),
+    forbidden=NO_MHA,
+)
+
+
+# ---------------------------------------------------------------- 3. where does a head look?
+
+def attention_share(weights: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """weights (h, T, T), positions (T,) int -> (h,): mean over queries i of weights[:, i, positions[i]]."""
+    T = weights.shape[-2]
+    picked = weights[:, torch.arange(T), positions]    # (h, T): query i's weight on key positions[i]
+    return picked.mean(dim=-1)
+
+
+def _weights(g, h, T, dtype):
+    return torch.softmax(_randn(g, h, T, T, dtype=torch.float64, scale=2.0), dim=-1).to(dtype)
+
+
+def _share_case(g, h, T, dtype=torch.float32, positions=None):
+    if positions is None:
+        positions = torch.randint(0, T, (T,), generator=g)
+        positions[1] = (positions[0] + 1) % T      # at least two different keys
+    return Case((_weights(g, h, T, dtype), positions))
+
+
+def _share_public(g):
+    return [
+        _share_case(g, 2, 5, positions=(torch.arange(5) - 1).clamp(min=0)),   # the previous token
+        _share_case(g, 3, 4, torch.float64, positions=torch.full((4,), 2)),   # one fixed key
+        _share_case(g, 1, 6),
+    ]
+
+
+def _share_hidden(g):
+    return [_share_case(g, _int(g, 2, 4), _int(g, 3, 8), dt) for dt in (torch.float32, torch.float64)] + [
+        _share_case(g, _int(g, 1, 3), 6, positions=torch.full((6,), _int(g, 0, 5)))]
+
+
+SHARE = Exercise(
+    id="why.attention_share", title="Where does a head look?", lesson="02-why-multiple-heads",
+    function="attention_share", params=("weights", "positions"), points=3,
+    reference=attention_share, public=_share_public, hidden=_share_hidden, public_seed=213,
+    mistakes=(
+        Mistake("weights[:, :, positions] takes those key columns for EVERY query; pick one key per "
+                "query: query i's weight on key positions[i]",
+                lambda w, p: w[:, :, p].mean(dim=(1, 2))),
+        Mistake("rows are queries and columns are keys: query i's weight on key positions[i] is "
+                "weights[:, i, positions[i]], not weights[:, positions[i], i]",
+                lambda w, p: w[:, p, torch.arange(w.shape[-1])].mean(dim=-1)),
+        Mistake("average over the queries (divide by T), so that the share lies between 0 and 1",
+                lambda w, p: w[:, torch.arange(w.shape[-2]), p].sum(dim=-1)),
+    ),
+    forbidden=NO_MHA,
+)
+
+EXERCISES = (COMBINE, ABLATE, SHARE)
