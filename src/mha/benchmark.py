@@ -2,6 +2,7 @@
 
     mha bench                       # CPU: B=4, C=512, h=8, causal, fp32, 2 threads
     mha bench --device cuda --dtype bfloat16 --lengths 1024 2048 4096 8192
+    mha bench --backends tiled raw-sdpa --block-size 128   # FlashAttention's forward, in torch
 
 Compared, on the same inputs and weights:
     mha-sdpa     mha.MultiHeadAttention(backend="sdpa")
@@ -9,6 +10,10 @@ Compared, on the same inputs and weights:
     torch-mha    torch.nn.MultiheadAttention(batch_first=True), need_weights=False
     raw-sdpa     the floor: F.linear + view/transpose + F.scaled_dot_product_attention + F.linear,
                  no checks and no module
+    tiled        as raw-sdpa with mha.tiled_attention (FlashAttention's forward in plain torch,
+                 --block-size) in place of F.scaled_dot_product_attention; not run unless
+                 named: mha bench --backends tiled raw-sdpa. Its backward is autograd's
+                 through the loop, which keeps every tile: only its forward saves memory.
 Times are medians (torch.utils.benchmark); ratios are to torch-mha within this run. Peak
 memory of one forward+backward is measured in a fresh process per (backend, T): on CPU the
 rise of the process's peak resident memory (VmHWM), on CUDA torch.cuda.max_memory_allocated.
@@ -31,27 +36,34 @@ from torch.utils import benchmark as tb
 
 from .counting import attention_flops
 from .module import MultiHeadAttention
+from .tiled import tiled_attention
 
-BACKENDS = ("mha-sdpa", "mha-naive", "torch-mha", "raw-sdpa")
+BACKENDS = ("mha-sdpa", "mha-naive", "torch-mha", "raw-sdpa")   # the default set
+CHOICES = BACKENDS + ("tiled",)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def build(backend: str, embed_dim: int, num_heads: int, device: str, dtype: torch.dtype):
-    """A callable x -> y for one backend, all with the same weights (seed 0)."""
+def build(backend: str, embed_dim: int, num_heads: int, device: str, dtype: torch.dtype,
+          block_size: int = 64):
+    """A callable x -> y for one backend, all with the same weights (seed 0). ``block_size``
+    is the tile size of the "tiled" backend."""
     torch.manual_seed(0)
     ref = nn.MultiheadAttention(embed_dim, num_heads, bias=True, batch_first=True, device=device, dtype=dtype)
     if backend == "torch-mha":
         def run(x, mask):
             return ref(x, x, x, attn_mask=mask, is_causal=True, need_weights=False)[0]
         return run, ref
-    if backend == "raw-sdpa":
+    if backend in ("raw-sdpa", "tiled"):
         h = num_heads
 
         def run(x, mask):
             B, T, C = x.shape
             q, k, v = F.linear(x, ref.in_proj_weight, ref.in_proj_bias).split(C, dim=-1)
             q, k, v = (t.view(B, T, h, C // h).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if backend == "tiled":
+                y = tiled_attention(q, k, v, is_causal=True, block_size=block_size)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             return F.linear(y.transpose(1, 2).reshape(B, T, C), ref.out_proj.weight, ref.out_proj.bias)
         return run, ref
     module = MultiHeadAttention.from_torch(ref, backend=backend.removeprefix("mha-"))
@@ -68,7 +80,8 @@ def inputs(batch, seq_len, embed_dim, device, dtype, grad):
 
 def prepare(backend, args, seq_len, backward: bool):
     """A no-argument callable running one forward (or forward+backward), already warmed up."""
-    fn, _ = build(backend, args.embed_dim, args.num_heads, args.device, DTYPES[args.dtype])
+    fn, _ = build(backend, args.embed_dim, args.num_heads, args.device, DTYPES[args.dtype],
+                  getattr(args, "block_size", 64))
     x, mask = inputs(args.batch, seq_len, args.embed_dim, args.device, DTYPES[args.dtype], backward)
 
     def stmt():
@@ -99,7 +112,8 @@ def peak_memory(backend, args, seq_len) -> int:
     """Peak bytes of one forward+backward, in a fresh process."""
     code = ("import sys, json; from mha.benchmark import _peak_child; "
             "print(json.dumps(_peak_child(*json.loads(sys.argv[1]))))")
-    payload = json.dumps([backend, args.batch, seq_len, args.embed_dim, args.num_heads, args.device, args.dtype])
+    payload = json.dumps([backend, args.batch, seq_len, args.embed_dim, args.num_heads, args.device, args.dtype,
+                          getattr(args, "block_size", 64)])
     out = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -110,9 +124,9 @@ def _proc_status_bytes(field: str) -> int:
     return int(line.split()[1]) * 1024
 
 
-def _peak_child(backend, batch, seq_len, embed_dim, num_heads, device, dtype):
+def _peak_child(backend, batch, seq_len, embed_dim, num_heads, device, dtype, block_size=64):
     torch.set_num_threads(1)
-    fn, _ = build(backend, embed_dim, num_heads, device, DTYPES[dtype])
+    fn, _ = build(backend, embed_dim, num_heads, device, DTYPES[dtype], block_size)
     x, mask = inputs(batch, seq_len, embed_dim, device, DTYPES[dtype], True)
     if device == "cuda":
         torch.cuda.synchronize()
@@ -183,7 +197,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    p.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
+    p.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=CHOICES)
+    p.add_argument("--block-size", type=int, default=64, help="tile size of the tiled backend (default 64)")
     p.add_argument("--min-time", type=float, default=0.5, help="seconds of timing per measurement")
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory runs")
     p.add_argument("--json", default="benchmarks/results/attention.json", help="where to write the results")
@@ -192,6 +207,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if args.block_size < 1:
+        print(f"error: --block-size must be >= 1, got {args.block_size}", file=sys.stderr)
+        return 2
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda, but torch.cuda.is_available() is False", file=sys.stderr)
         return 2
