@@ -146,6 +146,13 @@ def _decoder_not_causal(role, src_lengths, tgt_lengths, S, T):
     return real[:, None, None, :].expand(len(tgt_lengths), 1, T, T)
 
 
+def _decoder_without_padding(role, src_lengths, tgt_lengths, S, T):
+    right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
+    if role != "decoder":
+        return right
+    return torch.ones(T, T, dtype=torch.bool).tril().expand(len(tgt_lengths), 1, T, T)
+
+
 def _cross_with_target_lengths(role, src_lengths, tgt_lengths, S, T):
     right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
     if role != "cross":
@@ -214,6 +221,10 @@ ROLE_MASK = Exercise(
                 "key, whereas hiding query rows lets it", _padding_on_queries),
         Mistake("the decoder's self-attention is causal: target position i may not read target "
                 "positions after i", _decoder_not_causal),
+        Mistake("keep the target's padding in the decoder's mask too: every padded key must be hidden "
+                "(with padding at the end the causal part hides it from the real rows, but not from the "
+                "padded rows, and with padding at the start not even from the real rows)",
+                _decoder_without_padding),
         Mistake("the keys of cross-attention are source tokens: hide the source's padding "
                 "(src_lengths), not the target's", _cross_with_target_lengths),
     ),
