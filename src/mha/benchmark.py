@@ -110,8 +110,8 @@ def time_all(args, seq_len, backward: bool, rounds: int = 3) -> dict[str, float]
 
 def peak_memory(backend, args, seq_len) -> int:
     """Peak bytes of one forward+backward, in a fresh process."""
-    code = ("import sys, json; from mha.benchmark import _peak_child; "
-            "print(json.dumps(_peak_child(*json.loads(sys.argv[1]))))")
+    code = ("import sys, json; from mha.benchmark import peak_here; "
+            "print(json.dumps(peak_here(*json.loads(sys.argv[1]))))")
     payload = json.dumps([backend, args.batch, seq_len, args.embed_dim, args.num_heads, args.device, args.dtype,
                           getattr(args, "block_size", 64)])
     out = subprocess.run([sys.executable, "-c", code, payload], capture_output=True, text=True, check=True)
@@ -124,7 +124,10 @@ def _proc_status_bytes(field: str) -> int:
     return int(line.split()[1]) * 1024
 
 
-def _peak_child(backend, batch, seq_len, embed_dim, num_heads, device, dtype, block_size=64):
+def peak_here(backend, batch, seq_len, embed_dim, num_heads, device, dtype, block_size=64) -> int:
+    """Peak extra bytes of one forward+backward of ``backend`` in this process (call it in a
+    fresh one: `peak_memory` does). The peak is reset first, so several calls in one process
+    each measure their own."""
     torch.set_num_threads(1)
     fn, _ = build(backend, embed_dim, num_heads, device, DTYPES[dtype], block_size)
     x, mask = inputs(batch, seq_len, embed_dim, device, DTYPES[dtype], True)
