@@ -3,14 +3,14 @@ submissions per minute (target: at least 60 on 2 CPU cores).
 
     .venv/bin/python benchmarks/grading.py [--n 50] [--jobs 2]
 
-The submissions are student notebooks made from a lesson that holds all twelve
-exercises: a third solved, a third half solved, a third untouched. Not part of the test run.
+The submissions are student notebooks made from the answer key, a lesson that holds every
+exercise (``mha.grading.answer_key``): a third solved, a third half solved, a third
+untouched. Not part of the test run.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import platform
@@ -23,25 +23,25 @@ from pathlib import Path
 import nbformat
 
 from mha.exercises import EXERCISES
+from mha.grading.answer_key import function_source, write_answer_key
 from mha.grading.grader import grade_many
 from mha.notebooks import STUB, write_student_notebooks
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests/fixtures/grading/all_exercises.md"
-
 
 def make_submissions(folder: Path, n: int) -> list[Path]:
-    [stub] = write_student_notebooks(folder / "stub", [FIXTURE])
-    by_name = {e.function: e for e in EXERCISES.values()}
+    key = write_answer_key(folder / "key" / "all_exercises.md")
+    [stub] = write_student_notebooks(folder / "stub", [key])
+    by_reference = {e.reference.__name__: e for e in EXERCISES.values()}
     paths = []
     for i in range(n):
         nb = nbformat.read(stub, as_version=4)
         solved = 0
         for cell in nb.cells:
-            m = re.search(r"^def (\w+)\(", cell.source, re.M)
-            if cell.cell_type == "code" and STUB in cell.source and m and m.group(1) in by_name:
+            names = [m for m in re.findall(r"^def (\w+)\(", cell.source, re.M) if m in by_reference]
+            if cell.cell_type == "code" and STUB in cell.source and names:
                 if i % 3 == 0 or (i % 3 == 1 and solved % 2 == 0):
-                    cell.source = inspect.getsource(by_name[m.group(1)].reference)
+                    ex = by_reference[names[-1]]
+                    cell.source = function_source(ex.reference, ex.function)
                 solved += 1
         path = folder / f"student{i:03d}.ipynb"
         nbformat.write(nb, path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 import re
 from pathlib import Path
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mha.exercises import EXERCISES, check, get, select
+from mha.exercises import EXERCISES, Case, check, get, select
 from mha.exercises.feedback import call_outcome
 from mha.grading import extract
 from mha.notebooks import solution_blocks
@@ -18,22 +20,32 @@ ROOT = Path(__file__).resolve().parents[1]
 IDS = list(EXERCISES)
 
 
-def test_the_twelve_exercises_exist_with_their_signatures():
-    expected = {
-        "heads.attention_weights": ("q", "k"),
-        "heads.single_head": ("x", "w_q", "w_k", "w_v"),
-        "heads.multi_head": ("x", "w_q", "w_k", "w_v", "w_o", "num_heads"),
-        "dims.split_heads": ("x", "num_heads"),
-        "dims.merge_heads": ("x",),
-        "dims.shapes": ("batch", "seq_len", "embed_dim", "num_heads"),
-        "params.mha_params": ("embed_dim", "num_heads", "bias"),
-        "params.gqa_params": ("embed_dim", "num_heads", "num_kv_heads", "bias"),
-        "params.kv_cache_bytes": ("layers", "kv_heads", "head_dim", "seq_len", "batch", "bytes_per_element"),
-        "masking.causal_mask": ("q_len", "k_len"),
-        "masking.masked_softmax": ("scores", "mask"),
-        "masking.decoder_mask": ("lengths", "max_len"),
-    }
-    assert {i: e.params for i, e in EXERCISES.items()} == expected
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_every_exercise_asks_for_its_references_signature(exercise_id):
+    ex = get(exercise_id)
+    module, function = ex.id.split(".")
+    assert ex in importlib.import_module(f"mha.exercises.{module}").EXERCISES
+    assert function == ex.function, "ids are <module>.<function>"
+    assert ex.function.isidentifier()
+    ref = [p.name for p in inspect.signature(ex.reference).parameters.values()
+           if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    assert ex.params == tuple(ref), f"{ex.signature} but the reference takes ({', '.join(ref)})"
+    assert set(ex.dtypes) <= {"float16", "bfloat16", "float32", "float64"}
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_every_exercise_belongs_to_a_lesson_that_checks_it(exercise_id):
+    ex = get(exercise_id)
+    lesson = ROOT / "lessons" / f"{ex.lesson}.md"
+    assert lesson.is_file(), f"{ex.id}: no lesson {ex.lesson}.md"
+    assert f'check("{ex.id}", {ex.function})' in lesson.read_text(), f"{lesson.name} does not check {ex.id}"
+
+
+def test_exercise_ids_functions_and_public_seeds_are_unique():
+    exercises = list(EXERCISES.values())
+    for attr in ("id", "function", "public_seed"):
+        values = [getattr(e, attr) for e in exercises]
+        assert len(values) == len(set(values)), attr
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -141,8 +153,9 @@ def test_check_flags_a_wrong_signature(capsys):
 
 
 def test_select_by_prefix_lesson_and_id():
-    assert [e.id for e in select(["dims"])] == ["dims.split_heads", "dims.merge_heads", "dims.shapes"]
-    assert len(select(["05-causal-masking"])) == 3
+    assert [e.id for e in select(["dims"])] == [i for i in IDS if i.startswith("dims.")]
+    assert select(["05-causal-masking"]) == [e for e in EXERCISES.values() if e.lesson == "05-causal-masking"]
+    assert len(select(["05-causal-masking"])) >= 3
     assert [e.id for e in select(["params.mha_params"])] == ["params.mha_params"]
     with pytest.raises(ValueError, match="no exercise matches"):
         select(["nothing"])
@@ -150,9 +163,63 @@ def test_select_by_prefix_lesson_and_id():
         get("nothing")
 
 
+# ----------------------------------------------------------------------------- regressions
+
+def test_masked_softmax_compares_float64_answers_at_float64_precision(capsys):
+    ex = get("masking.masked_softmax")
+    scores = torch.randn(3, 6, 6, dtype=torch.float64) * 8
+    mask = torch.rand(3, 6, 6) > 0.3
+    exact = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+    assert torch.allclose(ex.reference(scores, mask), exact, rtol=1e-12, atol=1e-15)
+
+    def in_float64(s, m):
+        return torch.softmax(s.masked_fill(~m, float("-inf")), -1).nan_to_num(0.0)
+
+    case = Case((scores, mask), hidden=True)
+    assert ex.judge(case, call_outcome(in_float64, case)).passed
+    in_float32 = ex.mistakes[-1].wrong
+    verdict = ex.judge(case, call_outcome(in_float32, case))
+    assert not verdict.passed and "promote_types" in verdict.message
+
+
+def test_merge_heads_gets_a_non_contiguous_input_and_a_view_on_it_loses_points(capsys):
+    layouts = []
+
+    def records(x):
+        layouts.append(x.is_contiguous())
+        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
+
+    assert check("dims.merge_heads", records).ok
+    assert False in layouts and True in layouts
+    ex = get("dims.merge_heads")
+    assert all(any(c.noncontiguous for c in ex.hidden_cases(seed)) for seed in range(50))
+
+    def views_its_input(x):  # right on a contiguous x only
+        B, h, T, d = x.shape
+        rows = x.view(B, h, T * d)
+        return rows.view(B, h, T, d).permute(0, 2, 1, 3).reshape(B, T, h * d)
+
+    capsys.readouterr()
+    result = check("dims.merge_heads", views_its_input)
+    assert result.passed == result.total - 1
+    assert "call .contiguous() before .view, or use .reshape" in capsys.readouterr().out
+
+
+def test_gqa_biases_of_width_c_lose_points_on_every_hidden_draw():
+    ex = get("params.gqa_params")
+
+    def biases_4c(C, h, g, b):  # K and V biases of width C instead of g * d_h
+        kv = g * (C // h)
+        return 2 * C * C + 2 * C * kv + (4 * C if b else 0)
+
+    for seed in range(300):
+        cases = ex.hidden_cases(seed)
+        assert not all(ex.judge(c, call_outcome(biases_4c, c)).passed for c in cases), seed
+
+
 # ----------------------------------------------------------------------------- drift guard
 
-LESSONS = sorted((ROOT / "lessons").glob("*.md")) + [ROOT / "tests/fixtures/grading/all_exercises.md"]
+LESSONS = sorted((ROOT / "lessons").glob("*.md"))
 
 
 def _lesson_exercises(path: Path):

@@ -7,10 +7,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from mha.exercises import EXERCISES
+from mha.grading.answer_key import write_answer_key
 from mha.notebooks import STUB, myst_to_markdown, solution_blocks, stub_solutions, write_student_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSONS = sorted((ROOT / "lessons").glob("*.md")) + [ROOT / "tests/fixtures/grading/all_exercises.md"]
+LESSONS = sorted((ROOT / "lessons").glob("*.md"))
+FIXTURE = ROOT / "tests/fixtures/grading/myst_syntax.md"  # MyST syntax to convert, no exercises
+KEY = "answer_key"  # every exercise solved by its reference, made by mha.grading.answer_key
+NAMES = [p.stem for p in LESSONS] + [FIXTURE.stem, KEY]
 
 
 def test_stub_keeps_signature_and_docstring_and_drops_the_solution():
@@ -43,12 +48,15 @@ def test_myst_syntax_becomes_plain_markdown():
 
 @pytest.fixture(scope="module")
 def student(tmp_path_factory):
+    """name -> student notebook, for every lesson, the fixture and the answer key."""
+    key = write_answer_key(tmp_path_factory.mktemp("key") / f"{KEY}.md")
     out = tmp_path_factory.mktemp("student")
-    return write_student_notebooks(out, LESSONS)
+    return {p.stem: p for p in write_student_notebooks(out, LESSONS + [FIXTURE, key])}
 
 
 def test_student_notebooks_have_no_solutions_and_no_myst(student):
-    for path in student:
+    assert sorted(student) == sorted(NAMES)
+    for path in student.values():
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
         text = "\n".join(c.source for c in nb.cells)
@@ -60,18 +68,24 @@ def test_student_notebooks_have_no_solutions_and_no_myst(student):
 
 
 def test_student_notebook_keeps_check_cells_and_stubs(student):
-    nb = nbformat.read(next(p for p in student if p.stem == "all_exercises"), as_version=4)
+    nb = nbformat.read(student[KEY], as_version=4)
     code = [c.source for c in nb.cells if c.cell_type == "code"]
-    assert sum(STUB in c for c in code) == 12
-    assert sum(c.startswith("check(") for c in code) == 12
+    assert sum(STUB in c for c in code) == len(EXERCISES)
+    assert sum(c.startswith("check(") for c in code) == len(EXERCISES)
 
 
-@pytest.mark.parametrize("index", range(len(LESSONS)), ids=[p.stem for p in LESSONS])
-def test_student_notebook_runs_top_to_bottom(student, index, tmp_path):
+def test_the_myst_fixture_becomes_plain_markdown(student):
+    nb = nbformat.read(student[FIXTURE.stem], as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "> **Note**" in text and "Vaswani" in text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_student_notebook_runs_top_to_bottom(student, name, tmp_path):
     """Every check cell reports 'not attempted' and the notebook goes on to the end."""
     from nbclient import NotebookClient
 
-    nb = nbformat.read(student[index], as_version=4)
+    nb = nbformat.read(student[name], as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     n_checks = sum(c.source.startswith("check(") for c in nb.cells if c.cell_type == "code")

@@ -15,25 +15,28 @@ import nbformat
 import pytest
 
 from mha.exercises import EXERCISES, get, select
-from mha.grading import extract, reports
-from mha.grading.grader import grade_many
+from mha.grading import extract, reports, sandbox
+from mha.grading.answer_key import function_source, write_answer_key
+from mha.grading.grader import grade_many, grade_submission
 from mha.grading.sandbox import Limits
 from mha.notebooks import STUB, write_student_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests/fixtures/grading/all_exercises.md"
 TOTAL = sum(e.points for e in EXERCISES.values())
-FAST = Limits(exercise_s=5, startup_s=60, submission_s=90)
+FAST = Limits(exercise_s=10, startup_s=60, submission_s=180)
 
 
 def fill_stubs(nb_path: Path, out: Path) -> Path:
-    """A student notebook whose stubbed exercise functions are replaced by the references."""
+    """A student notebook whose stubbed exercise functions are replaced by the references
+    (with the helpers they use)."""
     nb = nbformat.read(nb_path, as_version=4)
-    by_name = {e.function: e for e in EXERCISES.values()}
+    by_reference = {e.reference.__name__: e for e in EXERCISES.values()}
     for cell in nb.cells:
-        m = re.search(r"^def (\w+)\(", cell.source, re.M)
-        if cell.cell_type == "code" and STUB in cell.source and m and m.group(1) in by_name:
-            cell.source = inspect.getsource(by_name[m.group(1)].reference)
+        names = re.findall(r"^def (\w+)\(", cell.source, re.M)
+        if cell.cell_type == "code" and STUB in cell.source:
+            ex = next((by_reference[n] for n in reversed(names) if n in by_reference), None)
+            if ex is not None:
+                cell.source = function_source(ex.reference, ex.function)
     nbformat.write(nb, out)
     return out
 
@@ -75,16 +78,27 @@ def gqa_params(embed_dim, num_heads, num_kv_heads, bias):
 '''
 
 
+VIEWS = '''
+def merge_heads(x):
+    B, h, T, d = x.shape
+    rows = x.view(B, h, T * d)   # right only while x is contiguous
+    return rows.view(B, h, T, d).permute(0, 2, 1, 3).reshape(B, T, h * d)
+'''
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Grade a batch of sample submissions once; return {name: report}."""
     d = tmp_path_factory.mktemp("subs")
+    key = write_answer_key(tmp_path_factory.mktemp("key") / "all_exercises.md")
     student = tmp_path_factory.mktemp("student")
-    [stub_nb] = write_student_notebooks(student, [FIXTURE])
+    [stub_nb] = write_student_notebooks(student, [key])
     subs = {
         "stub": stub_nb,
         "full": fill_stubs(stub_nb, d / "full.ipynb"),
-        "lesson": FIXTURE,  # the fixture lesson itself, solutions included (.md)
+        "lesson": key,  # the answer key itself, solutions included (.md)
+        "lessons": ROOT / "lessons",  # every lesson with its solutions, as one folder
+        "views": d / "views.py",
         "partial": (d / "partial.py"),
         "not_json": d / "not_json.ipynb",
         "not_notebook": d / "not_notebook.ipynb",
@@ -95,6 +109,7 @@ def graded(tmp_path_factory):
                            "import torch\n%matplotlib inline\ndef merge_heads(x):\n    return torch.zeros(1)"),
     }
     subs["partial"].write_text(PARTIAL)
+    subs["views"].write_text(VIEWS)
     subs["not_json"].write_text("this is not JSON {")
     subs["not_notebook"].write_text(json.dumps([1, 2, 3]))
     reps = grade_many(list(subs.values()), limits=FAST, jobs=2)
@@ -114,6 +129,33 @@ def test_filling_every_stub_with_the_reference_gets_full_marks(graded):
 
 def test_a_lesson_in_markdown_with_its_solutions_gets_full_marks(graded):
     assert graded["lesson"].score == TOTAL, reports.details(graded["lesson"])
+
+
+def test_the_lessons_folder_with_its_solutions_gets_full_marks_on_every_exercise_it_checks(graded):
+    r = graded["lessons"]
+    checked = set(re.findall(r'check\("([\w.]+)"', "".join(p.read_text() for p in (ROOT / "lessons").glob("*.md"))))
+    mine = [e for e in r.exercises if e.id in checked]
+    assert mine, "no lesson checks an exercise"
+    assert all(e.score == e.max_score for e in mine), reports.details(r)
+
+
+def test_an_answer_that_views_its_input_loses_points_on_non_contiguous_inputs(graded):
+    e = by_id(graded["views"])["dims.merge_heads"]
+    assert 0 < e.score < e.max_score, reports.details(graded["views"])
+    failed = [c for c in e.checks if not c.passed]
+    assert failed and all("call .contiguous() before .view, or use .reshape" in c.message for c in failed)
+    assert any(c.hidden for c in failed)
+
+
+def test_lines_still_in_the_pipe_when_the_worker_exits_are_read(monkeypatch, tmp_path):
+    """The watcher pauses after a select that timed out (until the worker has exited):
+    the worker's last progress lines are then still in the pipe, and must count."""
+    monkeypatch.setattr(sandbox, "PAUSE_AFTER_SELECT_TIMEOUT_S", 30.0)
+    exercises = select(["dims"])
+    sub = tmp_path / "dims.py"
+    sub.write_text("".join(function_source(e.reference, e.function) for e in exercises))
+    r = grade_submission(sub, exercises, limits=FAST, seed=3)
+    assert r.score == r.max_score, reports.details(r)
 
 
 def test_the_empty_stub_notebook_scores_zero_as_not_attempted(graded):

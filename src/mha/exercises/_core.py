@@ -3,7 +3,8 @@
 An :class:`Exercise` knows how to make its inputs (public ones with a fixed seed, hidden
 ones from a generator the grader seeds afresh), the reference answer, how to compare an
 answer with it, and which classic mistakes to recognise. It never sees a student object:
-answers arrive as validated :class:`~mha.grading.plain.Value` trees.
+answers arrive as validated :class:`~mha._plain.Value` trees (the same plain values the
+grader's sandbox sends back, so this layer never depends on the grader).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from mha.grading.plain import MalformedResult, Value, encode, validate
+from mha._plain import MalformedResult, Value, encode, noncontiguous, validate
 
 
 @dataclass
@@ -31,8 +32,15 @@ class Case:
     raises: str | None = None
     note: str = ""  # what the case is about, shown for public cases
     # positions of tensor arguments the student's function receives non-contiguous (the
-    # same values, laid out transposed in memory), for statements that promise it
+    # same values in a strided layout, see mha._plain.noncontiguous), for statements that
+    # promise it; the reference and the mistakes always get contiguous copies
     noncontiguous: tuple[int, ...] = ()
+
+    def student_args(self) -> tuple:
+        """The arguments as the student's function receives them: private copies, with
+        the ``noncontiguous`` positions in a non-contiguous layout."""
+        args = clone_args(self.args)
+        return tuple(noncontiguous(a) if i in self.noncontiguous else a for i, a in enumerate(args))
 
 
 @dataclass
@@ -102,9 +110,23 @@ class Exercise:
         """The reference answer for ``case``, computed on a private copy of the inputs."""
         return plain(self.reference(*clone_args(case.args)))
 
-    def judge(self, case: Case, outcome: Outcome, *, reveal: bool | None = None) -> Verdict:
+    def mistake_values(self, case: Case) -> list[Value | None]:
+        """What each listed mistake answers on ``case`` (None where it raises)."""
+        values = []
+        for m in self.mistakes:
+            try:
+                values.append(plain(m.wrong(*clone_args(case.args))))
+            except Exception:
+                values.append(None)
+        return values
+
+    def judge(self, case: Case, outcome: Outcome, *, reveal: bool | None = None,
+              expected: Value | None = None, mistake_values: list | None = None) -> Verdict:
         """Compare one outcome with the reference. ``reveal`` (default: not hidden)
-        allows messages to quote inputs, expected values and the student's exception text."""
+        allows messages to quote inputs, expected values and the student's exception text.
+        ``expected`` and ``mistake_values`` (from :meth:`expected` and
+        :meth:`mistake_values`) save computing them again when judging many answers to
+        one case."""
         reveal = (not case.hidden) if reveal is None else reveal
         v = Verdict(False, "", hidden=case.hidden, raises=case.raises is not None)
         if outcome.status == "missing":
@@ -128,14 +150,14 @@ class Exercise:
             text = f": {outcome.error_message}" if reveal and outcome.error_message else ""
             v.message = f"raised {safe_error_name(outcome.error_type, reveal)}{text}"
         else:
-            expected = self.expected(case)
+            expected = self.expected(case) if expected is None else expected
             ok, problem = compare(self.answer, expected, outcome.value, reveal)
             if ok:
                 return Verdict(True, "correct", case.hidden, False)
             v.message = problem
-            hint = self._mistake_hint(case, outcome.value)
+            hint = self._mistake_hint(case, outcome.value, mistake_values)
             if hint:
-                v.message += f". Hint: {hint}"
+                v.message = _with_hint(v.message, hint)
                 return v
         if self.explain is not None:
             try:
@@ -143,21 +165,22 @@ class Exercise:
             except Exception:  # a hint must never break grading
                 hint = None
             if hint:
-                v.message += f". Hint: {hint}"
+                v.message = _with_hint(v.message, hint)
         return v
 
-    def _mistake_hint(self, case: Case, got: Value) -> str | None:
-        for m in self.mistakes:
-            try:
-                wrong = plain(m.wrong(*clone_args(case.args)))
-            except Exception:
-                continue
-            if compare(self.answer, wrong, got, False)[0]:
+    def _mistake_hint(self, case: Case, got: Value, values: list | None = None) -> str | None:
+        values = self.mistake_values(case) if values is None else values
+        for m, wrong in zip(self.mistakes, values):
+            if wrong is not None and compare(self.answer, wrong, got, False)[0]:
                 return m.hint
         return None
 
 
 # ----------------------------------------------------------------------------- helpers
+
+def _with_hint(message: str, hint: str) -> str:
+    return f"{message.rstrip().rstrip('.')}. Hint: {hint}"
+
 
 def clone_args(args: tuple) -> tuple:
     return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
@@ -228,7 +251,8 @@ def _compare_tensor(expected: Value, got: Value, reveal: bool) -> tuple[bool, st
     if close.all():
         return True, ""
     if reveal:
-        worst = float(np.nanmax(np.abs(g64 - e64)))
+        with np.errstate(invalid="ignore"):  # inf - inf where both are infinite
+            worst = float(np.nanmax(np.abs(g64 - e64)))
         return False, f"{int((~close).sum())} of {e.size} values differ (largest difference {worst:.3g})"
     return False, "wrong values"
 

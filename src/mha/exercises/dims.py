@@ -22,9 +22,10 @@ def _split_public(g):
 
 
 def _split_hidden(g):
+    # heads wider than 1 in the first case, so that a (B, T, d, h) split shows
     cases = []
-    for _ in range(3):
-        h, d = _int(g, 2, 5), _int(g, 1, 4)
+    for least in (2, 1, 1):
+        h, d = _int(g, 2, 5), _int(g, least, 4)
         cases.append(Case((_randn(g, _int(g, 1, 3), _int(g, 2, 6), h * d), h)))
     return cases
 
@@ -49,7 +50,7 @@ SPLIT = Exercise(
         Mistake("head i owns channels i*d to (i+1)*d - 1: view as (B, T, h, d), not (B, T, d, h)",
                 lambda x, h: x.reshape(x.shape[0], x.shape[1], x.shape[2] // h, h).permute(0, 3, 1, 2)),
     ),
-    forbidden=("mha",), explain=_split_explain,
+    forbidden=("mha",), explain=_split_explain, dtypes=("float16", "float32", "float64"),
 )
 
 
@@ -63,11 +64,22 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 def _merge_public(g):
     return [Case((_randn(g, 2, 2, 5, 4),)), Case((_randn(g, 1, 3, 2, 4, dtype=torch.float64),)),
-            Case((_randn(g, 2, 4, 3, 1),))]
+            Case((_randn(g, 2, 4, 3, 1),)),
+            Case((_randn(g, 2, 3, 4, 2),), noncontiguous=(0,))]
 
 
 def _merge_hidden(g):
-    return [Case((_randn(g, _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 6), _int(g, 1, 4)),)) for _ in range(3)]
+    # the statement promises non-contiguous inputs: two of the three arrive that way
+    return [Case((_randn(g, _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 6), _int(g, 1, 4)),), noncontiguous=nc)
+            for nc in ((), (0,), (0,))]
+
+
+def _merge_explain(case, outcome):
+    if outcome.status == "raised" and outcome.error_type == "RuntimeError" and (
+            case.noncontiguous or "view size is not compatible" in outcome.error_message):
+        return ("x may arrive non-contiguous (for example the output of a transpose), and .view "
+                "needs a contiguous layout: call .contiguous() before .view, or use .reshape")
+    return None
 
 
 MERGE = Exercise(
@@ -78,7 +90,7 @@ MERGE = Exercise(
         Mistake("transpose back to (B, T, h, d) before the view to (B, T, h * d); a direct "
                 "reshape mixes tokens", lambda x: x.reshape(x.shape[0], x.shape[2], -1)),
     ),
-    forbidden=("mha",),
+    forbidden=("mha",), explain=_merge_explain,
 )
 
 
@@ -121,7 +133,7 @@ SHAPES = Exercise(
         Mistake("each head has width embed_dim // num_heads", _shapes_wrong(heads_full=True)),
         Mistake("every head has its own (T, T) score matrix: (B, h, T, T)", _shapes_wrong(no_head_axis=True)),
     ),
-    forbidden=("mha",),
+    forbidden=("mha",), dtypes=(),
 )
 
 EXERCISES = (SPLIT, MERGE, SHAPES)

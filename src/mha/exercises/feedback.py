@@ -12,7 +12,7 @@ import inspect
 import textwrap
 from dataclasses import dataclass, field
 
-from ._core import Exercise, Outcome, Verdict, clone_args, describe_args, forbidden_uses, plain
+from ._core import Case, Exercise, Outcome, Verdict, describe_args, forbidden_uses, plain
 
 
 @dataclass
@@ -40,10 +40,15 @@ class CheckResult:
         pass
 
 
-def call_outcome(fn, args: tuple) -> Outcome:
-    """Call ``fn(*args)`` and describe what happened as an :class:`Outcome`."""
+def call_outcome(fn, args, noncontiguous: tuple[int, ...] = ()) -> Outcome:
+    """Call ``fn`` on ``args`` (a tuple, or a :class:`Case`, whose ``noncontiguous``
+    arguments then arrive non-contiguous as in the grader) and describe what happened as
+    an :class:`Outcome`."""
+    if isinstance(args, Case):
+        args, noncontiguous = args.args, args.noncontiguous
+    call = Case(tuple(args), noncontiguous=tuple(noncontiguous)).student_args()
     try:
-        value = fn(*clone_args(args))
+        value = fn(*call)
     except NotImplementedError:
         return Outcome("not-attempted")
     except KeyboardInterrupt:
@@ -98,7 +103,7 @@ def _check(exercise_id: str, fn) -> CheckResult:
         print(f"  ! {msg}")
 
     cases = ex.public_cases()
-    outcomes = [call_outcome(fn, c.args) for c in cases]
+    outcomes = [call_outcome(fn, c) for c in cases]
     if all(o.status == "not-attempted" for o in outcomes):
         result.attempted = False
         result.total = len(cases)
@@ -109,6 +114,8 @@ def _check(exercise_id: str, fn) -> CheckResult:
         verdict = ex.judge(case, outcome)
         result.verdicts.append(verdict)
         label = describe_args(ex.params, case.args)
+        if case.noncontiguous:
+            label += " (" + ", ".join(ex.params[i] for i in case.noncontiguous) + " not contiguous)"
         if case.note:
             label += f" ({case.note})"
         mark = "ok " if verdict.passed else "FAIL"

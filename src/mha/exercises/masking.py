@@ -41,6 +41,7 @@ CAUSAL = Exercise(
                 lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(diagonal=k - q - 1)),
     ),
     forbidden=("mha", "torch.nn.attention.bias", "causal_lower_right", "causal_upper_left"),
+    dtypes=(),
 )
 
 
@@ -48,8 +49,10 @@ CAUSAL = Exercise(
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim where ``mask`` (bool, broadcastable, True = may attend)
-    allows; rows with nothing allowed are all zeros. Same dtype as ``scores``, never NaN."""
-    filled = scores.float().masked_fill(~mask, float("-inf"))
+    allows; rows with nothing allowed are all zeros. Same dtype as ``scores``, never NaN.
+    Computed in the dtype of ``scores`` (float32 for float16/bfloat16), so float64 stays exact."""
+    work = torch.promote_types(scores.dtype, torch.float32)
+    filled = scores.to(work).masked_fill(~mask, float("-inf"))
     weights = torch.softmax(filled, dim=-1)
     return torch.nan_to_num(weights, nan=0.0).to(scores.dtype)
 
@@ -57,7 +60,8 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def _fill_softmax(fill):
     def wrong(scores, mask):
         value = fill(scores.dtype) if callable(fill) else fill
-        return torch.softmax(scores.float().masked_fill(~mask, value), dim=-1).to(scores.dtype)
+        work = torch.promote_types(scores.dtype, torch.float32)
+        return torch.softmax(scores.to(work).masked_fill(~mask, value), dim=-1).to(scores.dtype)
     return wrong
 
 
@@ -76,6 +80,8 @@ def _ms_public(g):
         Case((_randn(g, 2, 3, 3, scale=3, dtype=torch.float16), _with_empty_row(torch.ones(3, 3, dtype=torch.bool).tril(), 0)),
              note="float16 with a row where nothing is allowed"),
         Case((_randn(g, 2, 2, 3, 5, scale=3), pad), note="padding mask broadcast over heads and queries"),
+        Case((_randn(g, 2, 6, 6, scale=8, dtype=torch.float64), torch.ones(6, 6, dtype=torch.bool).tril()),
+             note="float64, compared at float64 precision"),
     ]
 
 
@@ -89,6 +95,8 @@ def _ms_hidden(g):
         Case((_randn(g, b, h, t, t, scale=4, dtype=torch.float64), causal & keep)),
         Case((_randn(g, h, t, t, scale=4, dtype=torch.float16), _with_empty_row(causal, _int(g, 0, t - 1)))),
         Case((_randn(g, b, t, t, scale=4), _with_empty_row(causal.expand(b, t, t), 0))),
+        # float64 with many allowed keys: an answer computed in float32 is off by ~1e-7
+        Case((_randn(g, 2, 8, 8, scale=8, dtype=torch.float64), torch.rand(2, 8, 8, generator=g) > 0.2)),
     ]
 
 
@@ -114,8 +122,12 @@ MASKED_SOFTMAX = Exercise(
         Mistake("a row with nothing allowed must be all zeros; a large negative fill value "
                 "(-1e9, finfo.min) makes it a uniform average instead",
                 _fill_softmax(-1e9)),
+        Mistake("compute float64 scores in float64: .float() rounds them to float32 and the "
+                "answer loses precision (compute in torch.promote_types(scores.dtype, "
+                "torch.float32), which is float32 only for float16/bfloat16)",
+                lambda s, m: masked_softmax(s.float(), m).to(s.dtype)),
     ),
-    forbidden=("mha",), explain=_ms_explain,
+    forbidden=("mha",), explain=_ms_explain, dtypes=("float16", "float32", "float64"),
 )
 
 
@@ -134,8 +146,12 @@ def _dm_public(g):
 
 
 def _dm_hidden(g):
-    cases = []
-    for _ in range(3):
+    # The first case always holds a full sequence and a padded one, so every mistake shows.
+    t, b = _int(g, 3, 8), _int(g, 2, 4)
+    lengths = torch.randint(1, t + 1, (b,), generator=g)
+    lengths[0], lengths[-1] = t, _int(g, 1, t - 1)
+    cases = [Case((lengths, t))]
+    for _ in range(2):
         t, b = _int(g, 2, 8), _int(g, 1, 4)
         cases.append(Case((torch.randint(1, t + 1, (b,), generator=g), t)))
     return cases
@@ -164,7 +180,7 @@ DECODER = Exercise(
                 lambda l, t: (torch.ones(t, t, dtype=torch.bool).tril()[None]
                               & (torch.arange(t)[None, :] < l[:, None])[:, :, None])[:, None]),
     ),
-    forbidden=("mha",), explain=_dm_explain,
+    forbidden=("mha",), explain=_dm_explain, dtypes=(),
 )
 
 EXERCISES = (CAUSAL, MASKED_SOFTMAX, DECODER)

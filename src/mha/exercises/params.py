@@ -19,7 +19,8 @@ def _mha_public(g):
 
 
 def _mha_hidden(g):
-    return [Case((h * _int(g, 1, 96), h, b)) for h, b in ((_int(g, 1, 16), True), (_int(g, 1, 16), False),
+    # at least one case with several heads (dividing by h shows) and one with biases
+    return [Case((h * _int(g, 1, 96), h, b)) for h, b in ((_int(g, 2, 16), True), (_int(g, 1, 16), False),
                                                           (_int(g, 1, 16), True))]
 
 
@@ -36,7 +37,7 @@ MHA_PARAMS = Exercise(
                 "together are as wide as one head of width C",
                 lambda C, h, b: 4 * C * C // h + (4 * C if b else 0)),
     ),
-    forbidden=("mha",),
+    forbidden=("mha",), dtypes=(),
 )
 
 
@@ -50,13 +51,16 @@ def gqa_params(embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool) ->
 
 
 def _gqa_public(g):
-    return [Case((8, 4, 2, False)), Case((4096, 32, 8, False)), Case((512, 8, 8, True))]
+    return [Case((8, 4, 2, False)), Case((4096, 32, 8, False)), Case((512, 8, 2, True))]
 
 
 def _gqa_hidden(g):
+    # The first case has biases and 2 to 4 KV heads shared by 2 to 4 query heads each, so
+    # that every listed mistake changes the count, each differently (with one KV head,
+    # K/V of width num_kv_heads * C would count as much as four C x C matrices).
     cases = []
-    for b in (True, False, True):
-        groups, per = _int(g, 1, 4), _int(g, 1, 4)
+    for b, least in ((True, 2), (False, 1), (True, 1)):
+        groups, per = _int(g, least, 4), _int(g, least, 4)
         h = groups * per
         cases.append(Case((h * _int(g, 1, 32), h, groups, b)))
     return cases
@@ -78,8 +82,11 @@ GQA_PARAMS = Exercise(
                 "not num_kv_heads * C", lambda C, h, g, b: _gqa(C, h, g, b, kv_width=g * C)),
         Mistake("with bias=True add C + 2 * num_kv_heads * d_h + C biases",
                 lambda C, h, g, b: _gqa(C, h, g, b, bias=False)),
+        Mistake("the K and V biases are as wide as their projections, num_kv_heads * d_h each, "
+                "not C: the biases add up to C + 2 * num_kv_heads * d_h + C",
+                lambda C, h, g, b: _gqa(C, h, g, False) + (4 * C if b else 0)),
     ),
-    forbidden=("mha",),
+    forbidden=("mha",), dtypes=(),
 )
 
 
@@ -96,8 +103,10 @@ def _kv_public(g):
 
 
 def _kv_hidden(g):
+    # bytes_per_element is 3 or 4 in the first case, so that forgetting it shows, and shows
+    # differently from forgetting the 2 (with 2 bytes both mistakes give the same count)
     return [Case((_int(g, 1, 96), _int(g, 1, 64), 16 * _int(g, 1, 16), _int(g, 1, 32768),
-                  _int(g, 1, 64), _int(g, 1, 4))) for _ in range(3)]
+                  _int(g, 1, 64), _int(g, least, 4))) for least in (3, 1, 1)]
 
 
 KV_BYTES = Exercise(
@@ -111,7 +120,7 @@ KV_BYTES = Exercise(
         Mistake("multiply by bytes_per_element to get bytes, not elements",
                 lambda L, g, d, T, B, e: 2 * L * g * d * T * B),
     ),
-    forbidden=("mha",),
+    forbidden=("mha",), dtypes=(),
 )
 
 EXERCISES = (MHA_PARAMS, GQA_PARAMS, KV_BYTES)

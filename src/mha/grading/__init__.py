@@ -2,7 +2,9 @@
 makes the inputs, computes the expected answers, compares and writes every report.
 
 Modules: ``extract`` (read notebooks, keep what the exercises need), ``plain`` (the data
-that may cross back), ``worker`` (the sandboxed side), ``sandbox`` (starting and watching
-workers), ``grader`` (scoring), ``reports`` (table, JSON, CSV, Gradescope),
-``autograder`` (the Gradescope zip). See book/grading.md.
+that may cross back: the neutral ``mha._plain``, which the exercises use too), ``worker``
+(the sandboxed side), ``sandbox`` (starting and watching workers), ``grader`` (scoring),
+``reports`` (table, JSON, CSV, Gradescope), ``autograder`` (the Gradescope zip),
+``answer_key`` (every exercise solved by its reference, as a lesson to grade). See
+book/grading.md.
 """

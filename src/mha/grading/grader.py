@@ -164,7 +164,8 @@ def _prepare(jobdir: Path, stmts, to_run) -> None:
     (jobdir / "submission.py").write_text(extract.program(stmts, names), encoding="utf-8")
     for i, ex, cases in to_run:
         arrays: dict = {}
-        spec = {"cases": [[encode(a, arrays) for a in c.args] for c in cases]}
+        spec = {"cases": [[encode(a, arrays) for a in c.args] for c in cases],
+                "noncontiguous": [[int(k) for k in c.noncontiguous] for c in cases]}
         (jobdir / "in" / f"{i}.json").write_text(json.dumps(spec))
         np.savez(jobdir / "in" / f"{i}.npz", **arrays)
 

@@ -177,65 +177,115 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
         os.close(write_fd)
         stderr.close()
     result: dict[int, str] = {}
-    inner_pid = None
     t0 = time.monotonic()
-    deadline = t0 + min(limits.startup_s, budget_s)
     hard_deadline = t0 + budget_s
-    current = None
-    buf = b""
-    eof = False
+    watch = _Progress(jobs, limits, deadline=t0 + min(limits.startup_s, budget_s))
     try:
         while True:
             now = time.monotonic()
-            if now >= deadline or now >= hard_deadline:
-                if current is not None:
-                    result[current] = f"timed out (limit {limits.exercise_s:g} s)"
+            if now >= watch.deadline or now >= hard_deadline:
+                # Read what is already in the pipe first: a "D i" written just before the
+                # deadline, while this process was not scheduled, still counts.
+                watch.drain(read_fd, result)
+                now = time.monotonic()
+                if now < watch.deadline and now < hard_deadline:
+                    continue
+                if watch.current is not None:
+                    result[watch.current] = f"timed out (limit {limits.exercise_s:g} s)"
                 elif not result:
                     result[-1] = ("the submission's code did not finish loading in time (limit "
                                   f"{limits.startup_s:g} s): remove long-running code outside functions")
                 break
-            if eof:
+            if watch.eof:
                 if proc.poll() is not None:
                     break
                 time.sleep(0.01)
                 continue
-            ready, _, _ = select.select([read_fd], [], [], min(0.2, max(0.0, deadline - now)))
+            ready, _, _ = select.select([read_fd], [], [], min(0.2, max(0.0, watch.deadline - now)))
             if not ready:
+                if PAUSE_AFTER_SELECT_TIMEOUT_S:  # tests only: widen the race below
+                    try:
+                        proc.wait(timeout=PAUSE_AFTER_SELECT_TIMEOUT_S)
+                    except subprocess.TimeoutExpired:
+                        pass
                 if proc.poll() is not None:
-                    eof = True  # the pipe may be held open by a leftover process: stop listening
+                    # The worker has exited, but the lines it wrote since the select may
+                    # still be in the pipe: read them before deciding anything. Then stop
+                    # listening (a leftover process may hold the pipe open).
+                    watch.drain(read_fd, result)
+                    watch.eof = True
                 continue
             chunk = os.read(read_fd, 4096)
             if not chunk:
-                eof = True
+                watch.eof = True
                 continue
-            buf += chunk
-            if len(buf) > 1 << 16:  # a flood of fake progress lines: stop reading them
-                buf = b""
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                parts = line.decode("ascii", "replace").split()
-                if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-                    continue
-                kind, n = parts[0], int(parts[1])
-                if kind == "P" and inner_pid is None:
-                    inner_pid = n
-                elif kind == "S" and any(j["index"] == n for j in jobs) and n not in result:
-                    current = n
-                    deadline = time.monotonic() + limits.exercise_s
-                elif kind == "D" and n == current:
-                    result[n] = "done"
-                    current = None
-                    deadline = time.monotonic() + limits.exercise_s
+            watch.feed(chunk, result)
         code = proc.poll()
+        current = watch.current
         if current is not None and current not in result:
             why = _exit_reason(code)
             result[current] = f"the process ended while this exercise ran ({why})"
         elif not result and -1 not in result:
             result[-1] = f"the submission could not be loaded ({_exit_reason(code)})"
     finally:
-        _kill(proc, inner_pid)
+        _kill(proc, watch.inner_pid)
         os.close(read_fd)
     return result
+
+
+# Tests only (0 in production): after a select that timed out, the watcher pauses this
+# many seconds, or until the worker has exited, before it looks at the worker; so the
+# worker writes its last progress lines and exits inside that window every time.
+PAUSE_AFTER_SELECT_TIMEOUT_S = 0.0
+MAX_DRAIN_BYTES = 1 << 20
+
+
+class _Progress:
+    """The watcher's reading of the worker's progress lines: ``P pid`` (the PID 1 of its
+    namespace), ``S i`` (exercise i started) and ``D i`` (its results are written)."""
+
+    def __init__(self, jobs, limits: Limits, *, deadline: float):
+        self.indexes = {j["index"] for j in jobs}
+        self.limits = limits
+        self.deadline = deadline
+        self.current = None
+        self.inner_pid = None
+        self.buf = b""
+        self.eof = False
+
+    def feed(self, chunk: bytes, result: dict) -> None:
+        self.buf += chunk
+        if len(self.buf) > 1 << 16:  # a flood of fake progress lines: stop reading them
+            self.buf = b""
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            parts = line.decode("ascii", "replace").split()
+            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                continue
+            kind, n = parts[0], int(parts[1])
+            if kind == "P" and self.inner_pid is None:
+                self.inner_pid = n
+            elif kind == "S" and n in self.indexes and n not in result:
+                self.current = n
+                self.deadline = time.monotonic() + self.limits.exercise_s
+            elif kind == "D" and n == self.current:
+                result[n] = "done"
+                self.current = None
+                self.deadline = time.monotonic() + self.limits.exercise_s
+
+    def drain(self, fd: int, result: dict) -> None:
+        """Read whatever the pipe holds now, without waiting (at most MAX_DRAIN_BYTES)."""
+        got = 0
+        while got < MAX_DRAIN_BYTES:
+            ready, _, _ = select.select([fd], [], [], 0)
+            if not ready:
+                return
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                self.eof = True
+                return
+            got += len(chunk)
+            self.feed(chunk, result)
 
 
 def _exit_reason(code) -> str:

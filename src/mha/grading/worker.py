@@ -16,7 +16,8 @@ Order of events:
 6. run the submission's kept statements, then each exercise's cases, reporting progress
    (``S i`` / ``D i``) on a pipe so that the grader can enforce per-exercise time limits.
 
-This file imports nothing from the course package, so it can run while that is hidden.
+This file imports nothing from the course package but ``mha/_plain.py`` (loaded by path,
+first), so it can run while that is hidden.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def isolate(cfg, progress_fd: int) -> None:
         return  # no namespaces here (e.g. a container without CAP_SYS_ADMIN): limits still apply
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE, None)
     hide(libc, cfg.get("hide", []), cfg.get("keep", []))
+    expose(libc, cfg.get("keep", []))
     pid = os.fork()
     if pid:  # the outer process only waits, as root, so the student cannot signal it
         os.write(progress_fd, f"P {pid}\n".encode())
@@ -92,6 +94,38 @@ def hide(libc, candidates, keep) -> None:
 
     for c in candidates:
         cover(os.path.realpath(c), 0)
+
+
+def expose(libc, keep) -> None:
+    """Make each ``keep`` folder reachable by the unprivileged user: a folder on its way
+    that others may not enter (a Python installed under /root, mode 700) is covered by an
+    empty tmpfs that others may enter, in which the kept folders are bound back. Without
+    this, any module of the standard library not imported before the privileges go (say
+    ``colorsys``, which sympy needs for torch's meta tensors) would fail to import."""
+    O_PATH = getattr(os, "O_PATH", 0o10000000)
+    keep = sorted({os.path.realpath(k) for k in keep if os.path.isdir(k)})
+    closed: dict[str, list[str]] = {}  # the topmost closed folder -> kept folders below it
+    for k in keep:
+        parts = k.strip("/").split("/")
+        for n in range(1, len(parts)):
+            folder = "/" + "/".join(parts[:n])
+            try:
+                if not os.stat(folder).st_mode & 0o001:
+                    closed.setdefault(folder, []).append(k)
+                    break
+            except OSError:
+                break
+    for folder, inside in closed.items():
+        fds = {k: os.open(k, O_PATH | os.O_DIRECTORY) for k in inside}
+        try:
+            if not _mount(libc, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755"):
+                continue
+            for k, fd in fds.items():
+                os.makedirs(k, mode=0o755, exist_ok=True)
+                _mount(libc, f"/proc/self/fd/{fd}", k, None, MS_BIND | MS_REC, None)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
 
 def limit(cfg) -> None:
@@ -149,7 +183,7 @@ def preload(plain) -> None:
     buf.seek(0)
     with np.load(buf, allow_pickle=False) as npz:
         loaded = {k: npz[k] for k in npz.files}
-    plain.decode_input(tree, loaded)
+    plain.noncontiguous(plain.decode_input(tree, loaded)[0])
     torch.softmax(torch.ones(2, 2), dim=-1).masked_fill(torch.ones(2, 2, dtype=torch.bool), float("-inf"))
     json.dumps(json.loads("[1]"))
 
@@ -263,8 +297,11 @@ def run(jobdir: str, cfg, progress_fd: int, plain) -> None:
             results = [{"s": "missing"} for _ in spec["cases"]]
         else:
             saved = set_traps(job.get("traps", []))
-            for case in spec["cases"]:
+            layouts = spec.get("noncontiguous") or [[] for _ in spec["cases"]]
+            for case, strided in zip(spec["cases"], layouts):
                 args = [plain.decode_input(a, arrays) for a in case]
+                for k in strided:  # the statement promises to accept a non-contiguous input
+                    args[k] = plain.noncontiguous(args[k])
                 try:
                     value = fn(*args)
                     results.append({"s": "value", "v": plain.encode(value, out_arrays)})
@@ -287,17 +324,26 @@ def _write_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
+def load_plain():
+    """The package's neutral module of plain values (``mha/_plain.py``), loaded from its
+    file on its own: nothing else of the course package is imported here."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_plain.py")
+    spec = importlib.util.spec_from_file_location("plain", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["plain"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv) -> None:
     jobdir = argv[1]
     with open(os.path.join(jobdir, "config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
     progress_fd = cfg["progress_fd"]
     sys.path[:0] = [p for p in cfg.get("site", []) if p not in sys.path]
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, here)
-    import plain  # noqa: E402 - loaded before the package directory is hidden
-
-    sys.path.remove(here)
+    plain = load_plain()  # before the package directory is hidden
     preload(plain)
     if os.getuid() == 0 and cfg.get("isolate", True):
         isolate(cfg, progress_fd)

@@ -1,0 +1,66 @@
+"""Correct solutions of the masking exercises, each written differently from the reference."""
+
+import numpy as np
+import torch
+
+
+# ---------------------------------------------------------------- causal_mask
+
+def causal_mask_arange(q_len, k_len):
+    """Query i (the last q_len positions of k_len) sees key j when j <= i + k_len - q_len."""
+    i = torch.arange(q_len).unsqueeze(1)       # (q_len, 1)
+    j = torch.arange(k_len).unsqueeze(0)       # (1, k_len)
+    return j <= i + (k_len - q_len)
+
+
+def causal_mask_lists(q_len, k_len):
+    """Row by row in plain Python."""
+    offset = k_len - q_len
+    rows = [[j <= i + offset for j in range(k_len)] for i in range(q_len)]
+    return torch.tensor(rows, dtype=torch.bool)
+
+
+# ---------------------------------------------------------------- masked_softmax
+
+def masked_softmax_by_hand(scores, mask):
+    """exp of the shifted allowed scores, divided by the row sum where it is > 0."""
+    work = torch.promote_types(scores.dtype, torch.float32)
+    s = scores.to(work)
+    allowed = mask.broadcast_to(s.shape)
+    top = torch.where(allowed, s, float("-inf")).amax(dim=-1, keepdim=True)   # (..., Tq, 1)
+    top = torch.where(torch.isfinite(top), top, 0.0)         # rows with nothing allowed
+    e = torch.where(allowed, torch.exp(s - top), 0.0)
+    total = e.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, e / total, torch.zeros((), dtype=work)).to(scores.dtype)
+
+
+def masked_softmax_float64(scores, mask):
+    """softmax in float64 with -inf fills; rows with nothing allowed set to zero after."""
+    w = torch.softmax(scores.double().masked_fill(~mask, float("-inf")), dim=-1)
+    any_allowed = mask.broadcast_to(w.shape).any(dim=-1, keepdim=True)
+    return torch.where(any_allowed, w, 0.0).to(scores.dtype)
+
+
+# ---------------------------------------------------------------- decoder_mask
+
+def decoder_mask_loop(lengths, max_len):
+    """Sequence by sequence: lower triangle, then the padded key columns cleared."""
+    out = torch.zeros(len(lengths), 1, max_len, max_len, dtype=torch.bool)
+    for b, n in enumerate(lengths.tolist()):
+        out[b, 0] = torch.ones(max_len, max_len, dtype=torch.bool).tril()
+        out[b, 0, :, n:] = False
+    return out
+
+
+def decoder_mask_numpy(lengths, max_len):
+    """np.tri for the causal part, a broadcast comparison for the padding."""
+    causal = np.tri(max_len, dtype=bool)                                  # (T, T)
+    real = np.arange(max_len)[None, :] < lengths.numpy()[:, None]         # (B, T)
+    return torch.from_numpy(causal[None, None] & real[:, None, None, :])  # (B, 1, T, T)
+
+
+CORRECT = {
+    "masking.causal_mask": [causal_mask_arange, causal_mask_lists],
+    "masking.masked_softmax": [masked_softmax_by_hand, masked_softmax_float64],
+    "masking.decoder_mask": [decoder_mask_loop, decoder_mask_numpy],
+}
