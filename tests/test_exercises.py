@@ -259,3 +259,15 @@ def test_every_lesson_solution_is_marked_for_the_student_notebook(lesson):
         for _, fn in found:
             if re.search(rf"^def {fn}\(", cell, re.M):
                 assert "# BEGIN SOLUTION" in cell and "# END SOLUTION" in cell, fn
+
+
+def test_a_docstring_naming_a_forbidden_function_is_not_a_use():
+    import ast
+
+    from mha.exercises._core import forbidden_uses
+
+    banned = ("torch.nn.functional.scaled_dot_product_attention",)
+    honest = 'def f(q, k):\n    """Like scaled_dot_product_attention, written out."""\n    return q @ k.T\n'
+    assert forbidden_uses(ast.parse(honest), banned) == []
+    hidden = 'def f(q, k):\n    """Doc."""\n    name = "scaled_dot_product_attention"\n    return q\n'
+    assert forbidden_uses(ast.parse(hidden), banned) == ["scaled_dot_product_attention (named in a string)"]

@@ -326,6 +326,13 @@ def forbidden_uses(tree: ast.AST, forbidden: tuple[str, ...]) -> list[str]:
         if what not in found:
             found.append(what)
 
+    # A docstring is documentation, not a lookup: "computes the backward pass" must not
+    # cost an honest answer its points. Other strings still count (getattr(x, "name")).
+    docstrings = {id(body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and (body := node.body) and isinstance(body[0], ast.Expr)
+                  and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)}
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             if node.id in leaves:
@@ -351,7 +358,7 @@ def forbidden_uses(tree: ast.AST, forbidden: tuple[str, ...]) -> list[str]:
             for n in names:
                 if n in leaves:
                     add(n)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             for leaf in leaves:
                 if leaf in node.value and len(leaf) > 6:
                     add(f"{leaf} (named in a string)")
