@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,17 @@ ARTIFACTS = BUILD / "artifacts"
 
 @pytest.fixture(scope="session")
 def built_site(testrun_uid: str) -> Path:
-    """Run the build that `make book` runs (`make site`) once per run; return _build/html."""
+    """Run the build that `make book` runs (`make site`) once per run; return _build/html.
+
+    MHA_BUILT_SITE=DIR tests a site built before (DIR holds its HTML) instead of building:
+    quick runs of the site and browser tests while working on them. CI never sets it.
+    """
+    prebuilt = os.environ.get("MHA_BUILT_SITE")
+    if prebuilt:
+        html = Path(prebuilt).resolve()
+        if not (html / "index.html").is_file():
+            pytest.fail(f"MHA_BUILT_SITE={prebuilt} holds no built site (no index.html)")
+        return html
     BUILD.mkdir(exist_ok=True)
     marker = BUILD / ".site-build.json"
     log = BUILD / "site-build.log"

@@ -1,5 +1,8 @@
 """The built website in a real browser: no JavaScript errors, maths typeset, images
-loaded, navigation and search working, nothing fetched from the internet.
+loaded, navigation and search working, nothing fetched from the internet; one search box,
+dark mode with legible figures, no sideways scrolling on a phone, no serious axe-core
+(WCAG 2 A/AA) problem in either colour mode; the attention explorer driven by mouse and
+keyboard, on a page the test writes and on the site. Screenshots go to _build/artifacts.
 
 Drives Debian's headless `chromium` through the `playwright` package, against the site
 served from 127.0.0.1. Without chromium the tests are skipped, except in CI (the
@@ -68,10 +71,16 @@ def browser(chromium_path):
 
 
 class Tab:
-    """A fresh browser tab that records JavaScript errors and requests leaving the site."""
+    """A fresh browser tab that records JavaScript errors and requests leaving the site.
 
-    def __init__(self, browser, site_url):
-        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+    width: the viewport's width in CSS pixels (390: a phone); dark: the reader's system asks
+    for dark colours (prefers-color-scheme), as a new visitor with a dark system would.
+    """
+
+    def __init__(self, browser, site_url, *, width: int = 1280, dark: bool = False):
+        self.context = browser.new_context(
+            viewport={"width": width, "height": 900}, color_scheme="dark" if dark else "light"
+        )
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.external: list[str] = []
@@ -195,3 +204,314 @@ def test_screenshot_of_the_first_lesson(tab, site_url):
     target = ARTIFACTS / "lesson-01.png"
     tab.page.screenshot(path=str(target))
     assert target.stat().st_size > 10_000
+
+
+# --- accessibility: axe-core --------------------------------------------------------------
+# axe-core's engine (axe.min.js) comes from the PyPI package axe-playwright-python, a dev
+# dependency installed into the venv with everything else: no download at test time.
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
+
+
+@pytest.fixture(scope="session")
+def axe_source() -> str:
+    try:
+        from importlib.resources import files
+
+        return (files("axe_playwright_python") / "axe.min.js").read_text(encoding="utf-8")
+    except ModuleNotFoundError:
+        message = "axe-core is missing: pip install axe-playwright-python (a dev dependency)"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; it is required in CI")
+        pytest.skip(message)
+
+
+def axe_problems(page, axe_source: str, impacts=("serious", "critical")) -> list[str]:
+    """axe-core's WCAG 2 A/AA violations of the given impacts on the open page, one line each."""
+    if not page.evaluate("() => typeof window.axe !== 'undefined'"):
+        page.add_script_tag(content=axe_source)
+    violations = page.evaluate(
+        """async (tags) => {
+            const result = await axe.run(document, {runOnly: {type: "tag", values: tags},
+                                                    resultTypes: ["violations"]});
+            return result.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.map(n => n.target.join(" "))}));
+        }""",
+        AXE_TAGS,
+    )
+    return [
+        f"{v['impact']}: {v['id']} ({v['help']}) at {v['nodes'][:4]}"
+        for v in violations
+        if v["impact"] in impacts
+    ]
+
+
+# --- the attention explorer, on a page written by the test ---------------------------------
+# Fast (no site build): two explorers on one page, a self-attention one with four heads and
+# a cross-attention one, read back through the browser and compared with Python's numbers.
+
+EXPLORER_TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
+CROSS_QUERIES = ["le", "chat", "assis"]
+
+
+def explorer_weights():
+    import torch
+
+    g = torch.Generator().manual_seed(13)
+    self_w = torch.softmax(3 * torch.randn(4, 6, 6, generator=g), dim=-1)
+    cross_w = torch.softmax(2 * torch.randn(2, 3, 6, generator=g), dim=-1)
+    return self_w, cross_w
+
+
+@pytest.fixture(scope="module")
+def explorer_page(tmp_path_factory):
+    """A standalone page with two explorers, light or dark by the reader's system setting."""
+    from mha.plotting import attention_explorer
+
+    self_w, cross_w = explorer_weights()
+    first = attention_explorer(self_w, EXPLORER_TOKENS)
+    second = attention_explorer(cross_w, EXPLORER_TOKENS, query_tokens=CROSS_QUERIES,
+                                titles=["cross 0", "cross 1"])
+    page = tmp_path_factory.mktemp("explorer") / "explorer.html"
+    page.write_text(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<title>Attention explorer</title><style>"
+        "body{font-family:sans-serif;margin:1em;background:#fff;color:#222}"
+        "@media (prefers-color-scheme: dark){body{background:#121212;color:#ced6dd}}"
+        "</style></head><body><main><h1>Attention explorer</h1>"
+        f"<section id='self'><h2>Self-attention</h2>{first._repr_html_()}</section>"
+        f"<section id='cross'><h2>Cross-attention</h2>{second._repr_html_()}</section>"
+        "</main></body></html>",
+        encoding="utf-8",
+    )
+    return page.as_uri()
+
+
+@pytest.fixture
+def explorer_tab(browser, explorer_page):
+    tab = Tab(browser, explorer_page)
+    tab.open(explorer_page)
+    yield tab
+    assert tab.errors == [], f"JavaScript errors: {tab.errors}"
+    tab.close()
+
+
+def readout_of(explorer, i: int, j: int) -> str:
+    explorer.locator(f'rect[data-i="{i}"][data-j="{j}"]').hover()
+    return explorer.locator(".readout").inner_text()
+
+
+def test_explorer_readout_shows_the_hovered_weight_of_the_selected_head(explorer_tab):
+    self_w, _ = explorer_weights()
+    explorer = explorer_tab.page.locator("#self .attention-explorer")
+    slider = explorer.locator('input[type="range"]')
+    for h in range(4):
+        slider.fill(str(h))
+        cells = [(i, j) for i in range(6) for j in range(6)] if h == 2 else [(0, 0), (5, 5), (3, 1)]
+        for i, j in cells:
+            want = f"head {h}: {EXPLORER_TOKENS[i]} -> {EXPLORER_TOKENS[j]} = {float(self_w[h, i, j]):.4f}"
+            assert readout_of(explorer, i, j) == want
+
+
+def test_explorer_slider_recolours_the_cells(explorer_tab):
+    from mha.explorer import _colour
+
+    self_w, _ = explorer_weights()
+    explorer = explorer_tab.page.locator("#self .attention-explorer")
+    for h in (3, 1):
+        explorer.locator('input[type="range"]').fill(str(h))
+        fills = explorer.locator("rect[data-i]").evaluate_all(
+            "rects => rects.map(r => [+r.dataset.i, +r.dataset.j, r.getAttribute('fill')])"
+        )
+        assert len(fills) == 36
+        assert all(fill == _colour(float(self_w[h, i, j])) for i, j, fill in fills)
+
+
+def test_explorer_cross_attention_reads_query_and_key_tokens(explorer_tab):
+    _, cross_w = explorer_weights()
+    explorer = explorer_tab.page.locator("#cross .attention-explorer")
+    explorer.locator('input[type="range"]').fill("1")
+    for i, j in [(0, 0), (2, 5), (1, 3)]:
+        want = f"cross 1: {CROSS_QUERIES[i]} -> {EXPLORER_TOKENS[j]} = {float(cross_w[1, i, j]):.4f}"
+        assert readout_of(explorer, i, j) == want
+
+
+def test_explorer_works_from_the_keyboard(explorer_tab):
+    self_w, _ = explorer_weights()
+    page = explorer_tab.page
+    explorer = page.locator("#self .attention-explorer")
+    readout = explorer.locator(".readout")
+    page.keyboard.press("Tab")  # the slider comes first, then the grid
+    assert page.evaluate("() => document.activeElement.type") == "range"
+    page.keyboard.press("ArrowRight")  # head 1
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.classList.contains('ae-grid')")
+    for key in ["ArrowDown", "ArrowDown", "ArrowRight"]:
+        page.keyboard.press(key)
+    assert readout.inner_text() == f"head 1: sat -> cat = {float(self_w[1, 2, 1]):.4f}"
+    assert readout.get_attribute("aria-live") == "polite"
+    page.keyboard.press("Shift+Tab")  # back to the slider: the cursor stays on its cell
+    page.keyboard.press("ArrowRight")  # head 2
+    assert readout.inner_text() == f"head 2: sat -> cat = {float(self_w[2, 2, 1]):.4f}"
+
+
+def test_explorers_on_one_page_do_not_interfere(explorer_tab):
+    _, cross_w = explorer_weights()
+    first = explorer_tab.page.locator("#self .attention-explorer")
+    second = explorer_tab.page.locator("#cross .attention-explorer")
+    ids = explorer_tab.page.evaluate(
+        "() => Array.from(document.querySelectorAll('[id]')).map(e => e.id)"
+    )
+    assert len(ids) == len(set(ids)), "duplicate ids on the page"
+    before = first.locator("rect[data-i]").evaluate_all("rs => rs.map(r => r.getAttribute('fill'))")
+    first_readout = first.locator(".readout").inner_text()
+    second.locator('input[type="range"]').fill("1")
+    assert readout_of(second, 1, 1).endswith(f"= {float(cross_w[1, 1, 1]):.4f}")
+    assert first.locator(".readout").inner_text() == first_readout
+    after = first.locator("rect[data-i]").evaluate_all("rs => rs.map(r => r.getAttribute('fill'))")
+    assert after == before
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+def test_explorer_passes_axe_and_is_saved_as_a_screenshot(browser, explorer_page, axe_source, dark):
+    tab = Tab(browser, explorer_page, dark=dark)
+    try:
+        tab.open(explorer_page)
+        explorer = tab.page.locator("#self .attention-explorer")
+        explorer.locator('input[type="range"]').fill("2")
+        readout_of(explorer, 4, 1)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        target = ARTIFACTS / f"explorer-{'dark' if dark else 'light'}.png"
+        explorer.screenshot(path=str(target))
+        assert target.stat().st_size > 5_000
+        assert axe_problems(tab.page, axe_source) == []
+        assert tab.errors == []
+    finally:
+        tab.close()
+
+
+def test_explorer_fits_a_phone(browser, explorer_page):
+    tab = Tab(browser, explorer_page, width=390)
+    try:
+        tab.open(explorer_page)
+        widths = tab.page.evaluate(
+            "() => [document.documentElement.scrollWidth, window.innerWidth,"
+            " document.querySelector('.attention-explorer svg').getBoundingClientRect().width]"
+        )
+        assert widths[0] <= widths[1] and widths[2] <= widths[1], widths
+        explorer = tab.page.locator("#self .attention-explorer")
+        assert readout_of(explorer, 5, 0).startswith("head 0: mat -> the = ")
+    finally:
+        tab.close()
+
+
+# --- the site's finish: one search box, dark mode, phones, accessibility --------------------
+
+
+def visible_search_boxes(page) -> int:
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll(
+                '.search-button-field, form.bd-search, input[type="search"]'))
+            .filter(el => !el.closest('.search-button__wrapper'))  // the Ctrl+K dialog
+            .filter(el => el.checkVisibility() && el.getBoundingClientRect().width > 0)
+            .length"""
+    )
+
+
+@pytest.mark.parametrize("path", [HOME, f"{LESSONS[0]}.html"])
+def test_one_search_box_at_desktop_width(tab, site_url, path):
+    tab.open(f"{site_url}/{path}")
+    assert visible_search_boxes(tab.page) == 1
+
+
+@pytest.mark.parametrize("path", ALL_PAGES)
+def test_no_page_scrolls_sideways_on_a_phone(browser, site_url, path):
+    """At 390 px only code cells, display maths and wide tables scroll, inside their boxes."""
+    tab = Tab(browser, site_url, width=390)
+    try:
+        tab.open(f"{site_url}/{path}")
+        width, viewport = tab.page.evaluate(
+            "() => [document.documentElement.scrollWidth, window.innerWidth]"
+        )
+        assert width <= viewport, f"{path}: the page is {width} px wide on a {viewport} px phone"
+        assert tab.errors == []
+    finally:
+        tab.close()
+
+
+def test_dark_mode_follows_the_system_and_figures_stay_legible(browser, site_url):
+    """A reader whose system is dark gets the dark theme; figures sit on a white panel."""
+    tab = Tab(browser, site_url, dark=True)
+    try:
+        for lesson in LESSONS:
+            tab.open(f"{site_url}/{lesson}.html")
+            if tab.page.locator("main .cell_output img").count():
+                break
+        else:
+            pytest.skip("no lesson shows a figure")
+        assert tab.page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+        figures = tab.page.locator("main .cell_output img").evaluate_all(
+            """imgs => imgs.map(img => { const s = getComputedStyle(img);
+                return [s.backgroundColor, s.filter]; })"""
+        )
+        page_background = tab.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        assert page_background != "rgb(255, 255, 255)", "the page did not turn dark"
+        assert all(figure == ["rgb(255, 255, 255)", "none"] for figure in figures), figures
+        figure = tab.page.locator("main .cell_output img").first
+        figure.scroll_into_view_if_needed()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        tab.page.screenshot(path=str(ARTIFACTS / "figure-dark.png"))
+        assert tab.errors == []
+    finally:
+        tab.close()
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+@pytest.mark.parametrize("path", ALL_PAGES)
+def test_axe_finds_no_serious_accessibility_problem(browser, site_url, axe_source, path, dark):
+    tab = Tab(browser, site_url, dark=dark)
+    try:
+        tab.open(f"{site_url}/{path}")
+        problems = axe_problems(tab.page, axe_source)
+        assert problems == [], f"{path}: axe-core (WCAG 2 A/AA): " + "\n".join(problems)
+    finally:
+        tab.close()
+
+
+def pages_with_explorers(html_dir) -> list[str]:
+    return [
+        path for path in ALL_PAGES
+        if 'class="attention-explorer"' in (html_dir / path).read_text(encoding="utf-8")
+    ]
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+def test_explorers_on_the_site_read_back_their_weights(browser, site_url, built_site, dark):
+    """Every explorer on every page: the last head, a corner cell, read-out vs its JSON."""
+    import json
+
+    paths = pages_with_explorers(built_site)
+    if not paths:
+        pytest.skip("no page shows an attention explorer yet")
+    tab = Tab(browser, site_url, dark=dark)
+    try:
+        for path in paths:
+            tab.open(f"{site_url}/{path}")
+            explorers = tab.page.locator(".attention-explorer")
+            for k in range(explorers.count()):
+                explorer = explorers.nth(k)
+                data = json.loads(explorer.locator('script[type="application/json"]').text_content())
+                titles = json.loads(explorer.get_attribute("data-titles"))
+                h, i, j = len(data["heads"]) - 1, len(data["heads"][0]) - 1, 0
+                if h > 0:
+                    explorer.locator('input[type="range"]').fill(str(h))
+                queries = data.get("query_tokens", data["tokens"])
+                want = f"{titles[h]}: {queries[i]} -> {data['tokens'][j]} = {data['heads'][h][i][j]:.4f}"
+                assert readout_of(explorer, i, j) == want, f"{path}, explorer {k}"
+                if path == paths[0] and k == 0:
+                    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+                    mode = "dark" if dark else "light"
+                    explorer.screenshot(path=str(ARTIFACTS / f"site-explorer-{mode}.png"))
+            assert tab.errors == [], f"{path}: JavaScript errors: {tab.errors}"
+    finally:
+        tab.close()

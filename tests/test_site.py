@@ -94,6 +94,46 @@ def test_every_image_file_exists(built_site, page):
         assert target.is_file(), f"{page}: <img src={src!r}> points to a missing file"
 
 
+# An alt text that names a file, not what the figure shows: "../_images/3f9c....png",
+# "figure_1.png", a bare hash. Lessons set alt text in the figure cell's metadata
+# (mystnb: image: alt: ...); without it the build writes the image's file name.
+FILE_NAME_ALT = re.compile(
+    r"\.(png|jpe?g|gif|svg|webp|pdf)\b|^[\w./-]*/[\w./-]*$|^[0-9a-f]{12,}$|^[\w-]+$", re.I
+)
+
+
+def alt_problem(alt: str | None) -> str | None:
+    """Why `alt` does not say what a figure shows, or None when it does."""
+    if alt is None or not alt.strip():
+        return "no alt text"
+    if FILE_NAME_ALT.search(alt.strip()):
+        return f"alt text is a file name: {alt!r}"
+    if len(alt.split()) < 4:
+        return f"alt text too short to say what the figure shows: {alt!r}"
+    return None
+
+
+@pytest.mark.parametrize("alt, ok", [
+    ("../_images/5bd23eb01a8213b94415fae894cb65ccd7027d0dd34a3eb44.png", False),
+    ("5bd23eb01a8213b94415fae894cb65ccd7027d", False), ("figure.png", False), ("", False),
+    (None, False), ("plot", False), ("Heatmap of weights", False),
+    ("Line plot of the entropy of the attention weights against d_h.", True),
+])
+def test_alt_text_rule_tells_a_description_from_a_file_name(alt, ok):
+    assert (alt_problem(alt) is None) == ok
+
+
+@pytest.mark.parametrize("page", LESSONS)
+def test_every_lesson_figure_has_alt_text_that_says_what_it_shows(built_site, page):
+    images = soup(built_site, page).select("main img")
+    problems = [f"{img.get('src', '?').split('/')[-1][:16]}...: {alt_problem(img.get('alt'))}"
+                for img in images if alt_problem(img.get("alt"))]
+    assert not problems, (
+        f"{page}: {len(problems)} of {len(images)} figures lack alt text (set it in the figure "
+        f"cell's metadata, mystnb: image: alt: ...): {problems}"
+    )
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_page_loads_no_script_or_style_from_the_network(built_site, page):
     doc = soup(built_site, page)
@@ -140,3 +180,20 @@ def test_status_page_reports_every_lesson_executed(built_site):
         lines.append(f"{lesson}\t{runtime}\t{status}")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "execution-times.txt").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_attention_explorers_on_the_page_are_shown_as_html(built_site, page):
+    """Each explorer reaches the page as its HTML (not the PNG companion), data intact."""
+    import json
+
+    for explorer in soup(built_site, page).select(".attention-explorer"):
+        data = json.loads(explorer.select_one('script[type="application/json"]').string)
+        heads, keys = data["heads"], data["tokens"]
+        queries = data.get("query_tokens", keys)
+        assert all(len(head) == len(queries) and all(len(row) == len(keys) for row in head)
+                   for head in heads), f"{page}: explorer weights do not match its tokens"
+        assert len(explorer.select("svg rect[data-i][data-j]")) == len(queries) * len(keys)
+        assert len(explorer.select('input[type="range"]')) == (len(heads) > 1)
+        assert explorer.select_one(".readout")["aria-live"] == "polite"
+        assert explorer.select_one("script:not([type])"), f"{page}: explorer without its script"
