@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NBDIR  := _build/nbtest
 
-.PHONY: venv book site notebooks test test-lib bench constraints clean
+.PHONY: venv book site notebooks nbval test test-lib lab bench constraints clean
 
 venv: $(STAMP)
 
@@ -32,22 +32,40 @@ site:
 	$(BIN)/jupyter-book build . --builder html --path-output . -W -n --keep-going
 	@echo "Open _build/html/index.html in a browser."
 
-# Every page with code cells is converted to .ipynb (nbval reads only notebooks) in a
-# scratch folder, keeping its path: lessons/01-x.md -> $(NBDIR)/lessons/01-x.ipynb.
+# Every page with code cells is converted to .ipynb in a scratch folder, keeping its path
+# (lessons/01-x.md -> $(NBDIR)/lessons/01-x.ipynb), and executed by nbval. Not part of
+# `make test`, which executes each lesson once, in the site build, and checks the pages and
+# the executed notebooks of that run; this is a second, independent execution for when a
+# contributor wants one without the site.
 notebooks: $(STAMP)
 	rm -rf $(NBDIR) && mkdir -p $(NBDIR)/lessons $(NBDIR)/book
 	for page in $$(grep -l -E '^(```+|:::+) *\{code-cell\}' lessons/*.md book/*.md); do \
 	  $(BIN)/jupytext --quiet --to ipynb --output $(NBDIR)/$${page%.md}.ipynb $$page || exit 1; \
 	done
 
-# Library tests, site and browser tests, and every page executed as a notebook.
-# --durations lists the slowest tests and notebook cells; per-lesson execution times
-# are in _build/artifacts/execution-times.txt (written by tests/test_site.py).
-test: $(STAMP) notebooks
-	$(BIN)/python -m pytest tests $(NBDIR) --nbval-lax -n 2 --dist loadfile --durations=10
+nbval: notebooks
+	$(BIN)/python -m pytest $(NBDIR) --nbval-lax -n 2 -p no:cacheprovider
 
+# Library, grader, site and browser tests, and the student's path from the website. The
+# site build (tests/conftest.py) executes every lesson once; tests/test_executed_notebooks.py
+# checks the notebooks of that execution. --durations lists the slowest tests; lessons over
+# their time limit are named at the end (tests/conftest.py), and the per-lesson execution
+# times are in _build/artifacts/execution-times.txt.
+test: $(STAMP)
+	$(BIN)/python -m pytest tests -n 2 --dist loadfile --durations=10
+
+# Everything but the tests that need the built website: a quick run while editing src/.
+SITE_TESTS := test_site test_browser test_executed_notebooks test_student_path
 test-lib: $(STAMP)
-	$(BIN)/python -m pytest tests -n 2
+	$(BIN)/python -m pytest tests -n 2 $(foreach t,$(SITE_TESTS),--ignore=tests/$(t).py)
+
+# JupyterLab on the lessons: a lesson's .md opens as a notebook (jupytext) with a double
+# click, and `import mha` finds the package installed in .venv in editable mode.
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
+lab: $(STAMP)
+	mkdir -p $(LAB_SETTINGS)
+	echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' > $(LAB_SETTINGS)/overrides.json
+	$(BIN)/jupyter lab --notebook-dir=lessons
 
 bench: $(STAMP)
 	$(BIN)/mha bench

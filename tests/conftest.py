@@ -53,3 +53,39 @@ def built_site(testrun_uid: str) -> Path:
         tail = "\n".join(log.read_text().splitlines()[-60:])
         pytest.fail(f"the site build (make site) failed; full log in {log}:\n{tail}")
     return HTML
+
+
+# ----------------------------------------------------------------------------- slow lessons
+
+# Seconds a lesson may take to execute on 2 idle cores (the induction-heads lesson trains
+# a model, so it gets more). Over the limit is reported, not failed: timings on a busy
+# machine are noisy, and a reader should still get the page.
+TIME_LIMIT_S = {"lessons/13-induction-heads": 45.0}
+DEFAULT_LIMIT_S = 30.0
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Name every lesson whose execution in this run's site build went over its limit."""
+    times = ARTIFACTS / "execution-times.txt"
+    started = getattr(config, "_mha_started", None)
+    if not times.is_file() or started is None or times.stat().st_mtime < started:
+        return  # no site build in this run
+    rows = [line.split("\t") for line in times.read_text().splitlines()[1:] if line.strip()]
+    slow = [(doc, float(t)) for doc, t, *_ in rows
+            if doc.startswith("lessons/") and float(t) > TIME_LIMIT_S.get(doc, DEFAULT_LIMIT_S)]
+    terminalreporter.section("lesson execution times")
+    if slow:
+        for doc, t in slow:
+            limit = TIME_LIMIT_S.get(doc, DEFAULT_LIMIT_S)
+            terminalreporter.write_line(f"SLOW LESSON: {doc} took {t:.1f} s to execute (limit {limit:.0f} s)")
+    else:
+        worst = max(((float(t), doc) for doc, t, *_ in rows if doc.startswith("lessons/")), default=None)
+        if worst:
+            terminalreporter.write_line(f"every lesson executed within its limit (slowest: {worst[1]}, {worst[0]:.1f} s)")
+    terminalreporter.write_line(f"per-lesson times: {times}")
+
+
+def pytest_configure(config):
+    import time
+
+    config._mha_started = time.time()

@@ -20,6 +20,7 @@ import os
 import re
 from pathlib import Path
 
+from . import __version__
 from .book import BOOK_BUILD_ENV
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
@@ -28,6 +29,23 @@ ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attent
                "error", "seealso", "admonition", "margin", "sidebar", "topic", "epigraph"}
 DROPPED = {"exercise-end", "solution-end", "bibliography", "tableofcontents", "toctree",
            "solution", "glue:any"}
+
+# The first code cell of every student notebook: a student who downloaded the notebook
+# from the website has no clone of the repository, so `import mha` would fail with a bare
+# ImportError. This cell says instead what to install, then stops the run.
+SETUP_CELL = """\
+# The lessons import the course's package `mha`. If it is missing, this cell says how to
+# install it (the wheel is offered next to this notebook on the course website).
+import importlib.util, sys
+
+if importlib.util.find_spec("mha") is None:
+    raise SystemExit(
+        "The course package `mha` is not installed in this Python (" + sys.executable + ").\\n"
+        "Download {wheel} from the course website (page 'How to use this course'),\\n"
+        "then run, in a terminal, in the folder where you saved it:\\n\\n"
+        "    python -m pip install {wheel} jupyterlab --extra-index-url https://download.pytorch.org/whl/cpu\\n\\n"
+        "(the extra index gives the CPU build of PyTorch), and restart this notebook's kernel.")
+"""
 
 
 # ----------------------------------------------------------------------------- code cells
@@ -188,6 +206,11 @@ def _directive(name: str, arg: str, opts: dict, body: list[str], bib) -> list[st
 
 # ----------------------------------------------------------------------------- notebooks
 
+def wheel_name() -> str:
+    """The file name of the package's wheel, as the book build publishes it."""
+    return f"mha_course-{__version__}-py3-none-any.whl"
+
+
 def student_notebook(lesson: Path, bib: dict[str, str] | None = None):
     """The clean student notebook (an nbformat NotebookNode) for one lesson file."""
     import jupytext
@@ -201,7 +224,8 @@ def student_notebook(lesson: Path, bib: dict[str, str] | None = None):
         f"*Student notebook for the lesson \u201c{title}\u201d of the multi-head attention course.* "
         "Write each exercise function where it says `raise NotImplementedError`, then run the "
         "`check(...)` cell after it for instant feedback. Those are public checks only, not your "
-        "grade: the grader also runs hidden checks, in a separate process.")]
+        "grade: the grader also runs hidden checks, in a separate process."),
+             nbformat.v4.new_code_cell(SETUP_CELL.format(wheel=wheel_name()))]
     for cell in nb.cells:
         if cell.cell_type == "code":
             src = stub_solutions(cell.source)
@@ -250,11 +274,31 @@ def write_student_notebooks(out_dir, lessons=None, bib_path=None) -> list[Path]:
 NOTEBOOK_DIR = "_build/student-notebooks"  # relative to the book's source folder
 
 
+def build_wheel(project: Path, out_dir: Path) -> Path:
+    """Build the package's wheel from the project at ``project`` into ``out_dir`` (offline:
+    no build isolation, the environment's setuptools); return its path."""
+    import shutil
+    import subprocess
+    import sys
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+           "--wheel-dir", str(out_dir), str(project)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    shutil.rmtree(project / "build", ignore_errors=True)  # setuptools' scratch folder
+    wheel = out_dir / wheel_name()
+    if not wheel.is_file():
+        raise RuntimeError(f"pip wheel did not write {wheel}")
+    return wheel
+
+
 def _generate(app) -> None:
     src = Path(app.srcdir)
     lessons = sorted((src / "lessons").glob("*.md"))
     if lessons:
         write_student_notebooks(src / NOTEBOOK_DIR, lessons, src / "book" / "references.bib")
+    if (src / "pyproject.toml").is_file():  # the wheel students install, next to the notebooks
+        build_wheel(src, src / NOTEBOOK_DIR)
 
 
 def _link(app, docname: str, source: list[str]) -> None:
@@ -267,7 +311,9 @@ def _link(app, docname: str, source: list[str]) -> None:
     note = ("\n```{admonition} Work through this lesson in Jupyter\n:class: tip\n"
             f"Download the {{download}}`student notebook </{NOTEBOOK_DIR}/{stem}.ipynb>`: this lesson "
             "with the exercise solutions taken out, ready to run in Jupyter. Its `check` cells give "
-            "instant feedback (public checks only; grades come from `mha grade`).\n```\n")
+            "instant feedback (public checks only; grades come from `mha grade`). It needs the "
+            f"course's package, {{download}}`{wheel_name()} </{NOTEBOOK_DIR}/{wheel_name()}>`: "
+            "{doc}`/book/how-to-use` gives the one command that installs it.\n```\n")
     text = source[0]
     m = re.search(r"^# .*$", text, re.M)
     if m:

@@ -1,0 +1,47 @@
+"""The notebooks the site build executed: each lesson runs once per test run (in the build,
+`make site`), and these tests check the notebooks of that one execution, so `make test`
+does not execute the lessons a second time."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from conftest import BUILD
+from test_site import PAGES
+
+EXECUTED = [page for page in PAGES if page.startswith(("lessons/", "book/"))]
+
+
+def executed_notebook(page: str):
+    path = BUILD / "jupyter_execute" / f"{page}.ipynb"
+    return nbformat.read(path, as_version=4) if path.is_file() else None
+
+
+@pytest.mark.parametrize("page", EXECUTED)
+def test_every_code_cell_ran_without_error(built_site, page):
+    nb = executed_notebook(page)
+    if nb is None:
+        assert not page.startswith("lessons/"), f"{page}: the build kept no executed notebook"
+        pytest.skip(f"{page} has no code cells")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code or not page.startswith("lessons/"), f"{page}: no code cells"
+    for i, cell in enumerate(code):
+        assert cell.get("execution_count"), f"{page}: code cell {i} did not run"
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        assert not errors, f"{page}: code cell {i} raised {errors[0].get('ename')}: {errors[0].get('evalue')}"
+
+
+@pytest.mark.parametrize("page", [p for p in EXECUTED if p.startswith("lessons/")])
+def test_every_check_in_a_lesson_passes_its_own_solution(built_site, page):
+    """A lesson's check(...) cells run its solutions: every public check must pass."""
+    nb = executed_notebook(page)
+    checks = [c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith("check(")]
+    assert len(checks) >= 3, f"{page}: fewer than three exercises checked"
+    for cell in checks:
+        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        assert "public checks only" in text, f"{page}: {cell.source!r} printed {text[:300]!r}"
+        assert re.search(r"all \d+ public checks pass", text) and "[FAIL]" not in text, (
+            f"{page}: {cell.source.strip()} printed {text[:500]!r}")

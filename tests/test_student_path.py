@@ -1,0 +1,112 @@
+"""A student's path, as a new user walks it: from the built website only, into an empty
+folder and a fresh virtual environment, install the package the site offers, and run a
+downloaded student notebook headlessly.
+
+The website offers, next to each lesson's student notebook, the `mha` wheel that `make book`
+builds, and the page "How to use this course" gives the command that installs it. Here the
+CPU build of torch comes from `pip install torch==2.13.0` (what this machine's package index
+serves) instead of the extra index the page names for students elsewhere.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote
+
+import nbformat
+import pytest
+from bs4 import BeautifulSoup
+
+from conftest import ARTIFACTS
+
+LESSON = "04-parameter-counts"  # a short lesson with three exercises
+RUNNER = """\
+import sys, nbformat, nbclient
+nb = nbformat.read(sys.argv[1], as_version=4)
+nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+nbformat.write(nb, sys.argv[2])
+"""
+
+
+def downloads(html_dir: Path, page: str, suffix: str) -> list[Path]:
+    """Files a page offers for download (Sphinx's {download} role) that end in ``suffix``."""
+    page_path = html_dir / f"{page}.html"
+    doc = BeautifulSoup(page_path.read_text(encoding="utf-8"), "html.parser")
+    hrefs = [a["href"] for a in doc.select("a.download[href]") if a["href"].endswith(suffix)]
+    return [(page_path.parent / unquote(h)).resolve() for h in hrefs]
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def student_folder(built_site, tmp_path_factory) -> Path:
+    """An empty folder holding only what a student downloads from the site."""
+    folder = tmp_path_factory.mktemp("student-path")
+    wheels = downloads(built_site, "book/how-to-use", ".whl")
+    assert len(wheels) == 1 and wheels[0].is_file(), f"how-to-use offers no wheel: {wheels}"
+    lesson_wheels = downloads(built_site, f"lessons/{LESSON}", ".whl")
+    assert [w.name for w in lesson_wheels] == [wheels[0].name], "the lesson page must offer the same wheel"
+    notebooks = downloads(built_site, f"lessons/{LESSON}", ".ipynb")
+    assert len(notebooks) == 1 and notebooks[0].is_file(), f"no student notebook on the page: {notebooks}"
+    for f in wheels + notebooks:
+        shutil.copy(f, folder / f.name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def fresh_env(student_folder) -> Path:
+    """A new virtual environment with nothing of the project's in it."""
+    env = student_folder / "env"
+    proc = run([sys.executable, "-m", "venv", env])
+    assert proc.returncode == 0, proc.stderr
+    return env
+
+
+def test_install_command_on_the_site_names_the_offered_wheel(built_site, student_folder):
+    wheel = next(student_folder.glob("*.whl")).name
+    text = (built_site / "book/how-to-use.html").read_text(encoding="utf-8")
+    assert f"python -m pip install {wheel} jupyterlab" in text
+
+
+def test_student_path_from_the_site_to_a_running_notebook(student_folder, fresh_env):
+    py = fresh_env / "bin" / "python"
+    wheel = next(student_folder.glob("*.whl"))
+    notebook = student_folder / f"{LESSON}.ipynb"
+    nb = nbformat.read(notebook, as_version=4)
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+
+    # 1. Without the package, the notebook's first code cell says exactly what to run.
+    proc = run([py, "-c", first_code.source], cwd=student_folder)
+    assert proc.returncode != 0
+    assert "The course package `mha` is not installed" in proc.stderr
+    assert f"python -m pip install {wheel.name} jupyterlab" in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+    # 2. Install torch (CPU build), the offered wheel, and a kernel to run the notebook.
+    for args in (["torch==2.13.0"], [wheel.name, "ipykernel", "nbclient"]):
+        proc = run([py, "-m", "pip", "install", "--quiet", *args], cwd=student_folder)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = run([py, "-c", "import mha, sys; print(mha.__file__)"], cwd=student_folder)
+    assert proc.returncode == 0 and str(fresh_env) in proc.stdout, "mha must come from the fresh environment"
+
+    # 3. Run the downloaded notebook headlessly; every cell runs, the stubs are reported.
+    (student_folder / "run.py").write_text(RUNNER)
+    out = student_folder / "executed.ipynb"
+    proc = run([py, "run.py", notebook.name, out.name], cwd=student_folder, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    executed = nbformat.read(out, as_version=4)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(out, ARTIFACTS / f"student-path-{LESSON}.ipynb")
+    code = [c for c in executed.cells if c.cell_type == "code"]
+    assert all(c.execution_count for c in code), "a cell did not run"
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    checks = [c for c in code if c.source.lstrip().startswith("check(")]
+    assert len(checks) >= 3
+    for c in checks:
+        text = "".join(o.get("text", "") for o in c.outputs)
+        assert "not attempted" in text, text
