@@ -205,10 +205,13 @@ def test_bad_configuration_raises(kwargs, error, word):
         mha.MultiHeadLatentAttention(32, 4, **kwargs)
 
 
-def test_indivisible_embed_dim_needs_an_explicit_head_dim():
-    with pytest.raises(ValueError, match="head_dim"):
-        mha.MultiHeadLatentAttention(30, 4, kv_latent_dim=16, rope_dim=4)
+def test_head_dim_defaults_to_embed_dim_floor_divided_by_num_heads():
+    assert mha.MultiHeadLatentAttention(32, 4, kv_latent_dim=16, rope_dim=4).head_dim == 8
+    m = mha.MultiHeadLatentAttention(30, 4, kv_latent_dim=16, rope_dim=4)   # h * d = 28 != 30: fine in MLA
+    assert m.head_dim == 7 and m(rand(1, 3, 30)).shape == (1, 3, 30)
     assert mha.MultiHeadLatentAttention(30, 4, kv_latent_dim=16, rope_dim=4, head_dim=8).head_dim == 8
+    with pytest.raises(ValueError, match="head_dim"):
+        mha.MultiHeadLatentAttention(3, 4, kv_latent_dim=16, rope_dim=4)      # 3 // 4 = 0
 
 
 def test_bad_input_raises():

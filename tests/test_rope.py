@@ -1,6 +1,8 @@
 """mha.apply_rope: rotary position embedding, its two layouts and its relative-position property."""
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -141,6 +143,15 @@ def test_positions_broadcast_over_heads_one_row_per_sequence():
     out = mha.apply_rope(x, positions)
     assert torch.equal(out[0], mha.apply_rope(x[0], torch.arange(5)))
     assert torch.equal(out[1], mha.apply_rope(x[1], torch.arange(7, 12)))
+
+
+def test_checking_the_positions_does_not_import_sympy():
+    """torch.broadcast_shapes imports sympy on its first call, a second or more of CPU time in
+    every notebook that uses RoPE; apply_rope checks the broadcast itself."""
+    code = ("import sys, torch, mha; mha.apply_rope(torch.randn(2, 3, 5, 8), torch.arange(5)[None, None]); "
+            "print('sympy' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert run.stdout.strip() == "False"
 
 
 def test_odd_feature_count_raises():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -122,6 +123,43 @@ def test_gradcheck_in_float64():
     assert torch.autograd.gradcheck(lambda *a: mha.tiled_attention(*a, is_causal=True, block_size=2), (q, k, v))
 
 
+def test_query_blocks_are_block_size_rows_or_a_multiple_so_that_there_are_at_most_16():
+    from mha.tiled import MAX_QUERY_BLOCKS, query_block_size
+    assert MAX_QUERY_BLOCKS == 16
+    assert query_block_size(37, 3) == 3 and query_block_size(16 * 64, 64) == 64       # square tiles
+    assert query_block_size(16 * 64 + 1, 64) == 128 and query_block_size(16384, 64) == 1024
+    assert query_block_size(0, 5) == 5
+    for q_len in (1, 15, 16, 17, 100, 1000, 4097):
+        for block_size in (1, 3, 64):
+            rows = query_block_size(q_len, block_size)
+            assert rows % block_size == 0 and -(-q_len // rows) <= MAX_QUERY_BLOCKS
+            assert rows == block_size or -(-q_len // (rows - block_size)) > MAX_QUERY_BLOCKS   # the smallest
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_visits_each_tile_once_and_skips_the_tiles_no_query_may_see(is_causal):
+    from torch.overrides import TorchFunctionMode
+
+    from mha.tiled import query_block_size
+
+    class CountMatmuls(TorchFunctionMode):
+        n = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.n += getattr(func, "__name__", "") in ("matmul", "__matmul__")
+            return func(*args, **(kwargs or {}))
+
+    for Tq, Tk, block_size in [(12, 12, 4), (13, 5, 4), (5, 13, 4), (1000, 1000, 8), (300, 900, 10)]:
+        q, k, v = qkv(1, 1, Tq, Tk, d=2, dv=1)
+        rows = query_block_size(Tq, block_size)
+        allowed = mha.causal_mask(Tq, Tk) if is_causal else torch.ones(Tq, Tk, dtype=torch.bool)
+        tiles = sum(bool(allowed[i:i + rows, j:j + block_size].any())
+                    for i in range(0, Tq, rows) for j in range(0, Tk, block_size))
+        with CountMatmuls() as counter:
+            mha.tiled_attention(q, k, v, is_causal=is_causal, block_size=block_size)
+        assert counter.n == 2 * tiles, (Tq, Tk, block_size)       # q k^T and p v per tile
+
+
 @pytest.mark.parametrize("block_size,error", [(0, ValueError), (-3, ValueError), (2.0, TypeError),
                                               (True, TypeError), ("64", TypeError)])
 def test_bad_block_size_raises(block_size, error):
@@ -169,20 +207,26 @@ PEAK = textwrap.dedent("""
     torch.manual_seed(0)
     q, k, v = torch.randn(3, 1, 1, T, 64).unbind(0)          # (B, h, T, d) each, float32
     mha.tiled_attention(q[..., :8, :], k[..., :8, :], v[..., :8, :])   # warm up the code paths
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")                                           # reset the peak (VmHWM) to now
-    before = status("VmRSS")
-    out = mha.tiled_attention(q, k, v, is_causal=True, block_size=block_size)   # causal: half the work
-    print(json.dumps({"extra": status("VmHWM") - before, "finite": bool(out.isfinite().all())}))
+    extra, finite = [], True
+    for is_causal in (False, True):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")                                       # reset the peak (VmHWM) to now
+        before = status("VmRSS")
+        out = mha.tiled_attention(q, k, v, is_causal=is_causal, block_size=block_size)
+        extra.append(status("VmHWM") - before)
+        finite = finite and bool(out.isfinite().all())
+        del out
+    print(json.dumps({"extra": max(extra), "finite": finite}))
 """)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
-def test_never_holds_the_t_by_t_matrix_at_t_16384():
+def test_never_holds_the_t_by_t_matrix_at_t_16384_with_the_default_block_size():
     T = 16384
     scores_bytes = T * T * 4                                   # one (T, T) float32 matrix: 1 GiB
-    run = subprocess.run([sys.executable, "-c", PEAK, str(T), "256"], capture_output=True, text=True,
-                         check=True, timeout=120)
+    block_size = inspect.signature(mha.tiled_attention).parameters["block_size"].default   # 64
+    run = subprocess.run([sys.executable, "-c", PEAK, str(T), str(block_size)], capture_output=True, text=True,
+                         check=True, timeout=300)
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["finite"]
     assert result["extra"] < scores_bytes / 8, f"peak rose by {result['extra'] / 2**20:.0f} MiB"

@@ -48,7 +48,8 @@ class MultiHeadLatentAttention(nn.Module):
         rope_dim: d_r (even), width of each head's RoPE query part and of the RoPE key that
             all heads share.
         head_dim: d, width of each head's non-RoPE query/key part and of its value
-            (default embed_dim // num_heads).
+            (default embed_dim // num_heads; h * d need not equal embed_dim, as in
+            DeepSeek-V2, where W_O maps h * d back to embed_dim).
         q_latent_dim: d_q, width of the query latent c_Q; None means no query compression
             (W_UQ and W_QR then read x directly).
         bias: biases on every projection.
@@ -68,10 +69,10 @@ class MultiHeadLatentAttention(nn.Module):
         if rope_dim % 2:
             raise ValueError(f"rope_dim must be even (RoPE rotates pairs of features), got {rope_dim}")
         if head_dim is None:
-            if embed_dim % num_heads:
-                raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads} when "
-                                 f"head_dim is not given (or pass head_dim explicitly)")
-            head_dim = embed_dim // num_heads
+            head_dim = embed_dim // num_heads       # MLA's heads need not tile embed_dim
+            if head_dim < 1:
+                raise ValueError(f"head_dim defaults to embed_dim // num_heads = {embed_dim} // {num_heads} = 0: "
+                                 f"pass head_dim (an int >= 1) explicitly")
         check_int("head_dim", head_dim)
         if q_latent_dim is not None:
             check_int("q_latent_dim", q_latent_dim)

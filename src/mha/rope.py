@@ -111,11 +111,15 @@ def _check_positions(positions, x: torch.Tensor) -> torch.Tensor:
     if positions.dim() == 0 or positions.shape[-1] != T:
         raise ValueError(f"positions must have shape (T,) = ({T},) or (..., {T}) matching x of shape "
                          f"{tuple(x.shape)}, got shape {tuple(positions.shape)}")
-    try:
-        shape = torch.broadcast_shapes(positions.shape, x.shape[:-1])
-    except RuntimeError:
-        shape = None
-    if shape != x.shape[:-1]:
+    if not _broadcasts_to(tuple(positions.shape), tuple(x.shape[:-1])):
         raise ValueError(f"positions of shape {tuple(positions.shape)} must broadcast to x's leading "
                          f"dimensions and length {tuple(x.shape[:-1])}")
     return positions.to(x.device)
+
+
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Whether `shape` broadcasts to exactly `target`. (torch.broadcast_shapes would do, but
+    its first call imports sympy, which takes a second or more.)"""
+    if len(shape) > len(target):
+        return False
+    return all(n in (1, t) for n, t in zip(reversed(shape), reversed(target)))

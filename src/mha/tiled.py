@@ -2,9 +2,9 @@
 
     out = softmax(q @ k^T * scale) @ v,   computed without ever holding the (Tq, Tk) scores
 
-The queries are cut into blocks of `block_size` rows, and so are the keys and values. For
-one query block the key blocks are visited in order, and three running quantities are kept
-for each query row:
+The keys and values are cut into blocks of `block_size` rows, and the queries into blocks
+too. For one query block the key blocks are visited in order, and three running quantities
+are kept for each query row:
 
     m    the largest score seen so far                          (running max)
     l    the sum of exp(score - m) over the keys seen so far     (running sum)
@@ -13,8 +13,14 @@ for each query row:
 When a new key block raises the max from m to m_new, the old l and acc were computed
 relative to m, so both are multiplied by exp(m - m_new) before the block's own terms are
 added (the online softmax of Milakov and Gimelshein, 2018). After the last key block,
-out = acc / l. The largest buffer is one (block_size, block_size) tile of scores per
-(batch, head), whatever the sequence lengths.
+out = acc / l.
+
+A query block has `block_size` rows, or a multiple of it when that would cut the queries
+into more than MAX_QUERY_BLOCKS blocks (`query_block_size`). Every torch operation costs a
+few microseconds whatever its size, and a loop over (16384 / 64)^2 = 65,536 tiles of 64 x 64
+would spend its time on that; at most 16 query blocks keep the loop short while a tile,
+(rows, block_size), stays a small fraction of the (Tq, Tk) matrix. (FlashAttention's own
+query and key blocks differ in size too; a GPU kernel runs the query blocks in parallel.)
 
 is_causal aligns the mask bottom-right, as everywhere in `mha`: query i sees the keys
 j <= i + Tk - Tq. Key blocks that no query of the block may see are skipped, and only the
@@ -22,10 +28,9 @@ tiles that straddle the diagonal are masked. A query row with nothing to attend 
 and causal) ends with l = 0 and returns zeros, never NaN.
 
 This is the algorithm of FlashAttention (Dao et al., 2022) written for reading, not speed:
-a GPU kernel runs each query block's loop in its own thread block, keeps the tiles in fast
-on-chip memory, and in the backward pass recomputes the tiles from the saved log-sum-exp
-m + log(l) per query row. Here autograd differentiates through the loop, so a backward
-pass keeps every tile it visited.
+a GPU kernel keeps the tiles in fast on-chip memory, and in the backward pass recomputes
+them from the saved log-sum-exp m + log(l) per query row. Here autograd differentiates
+through the loop, so a backward pass keeps every tile it visited.
 """
 
 from __future__ import annotations
@@ -37,18 +42,31 @@ import torch
 
 from ._checks import check_int, check_tensor
 
+MAX_QUERY_BLOCKS = 16   # the queries are cut into at most this many blocks
+
+
+def query_block_size(q_len: int, block_size: int) -> int:
+    """Rows per query block: block_size, or the smallest multiple of it that cuts q_len
+    queries into at most MAX_QUERY_BLOCKS blocks (16384 queries in blocks of 64: 1024 rows)."""
+    n_blocks = -(-q_len // block_size)                     # ceil(q_len / block_size)
+    return block_size * max(1, -(-n_blocks // MAX_QUERY_BLOCKS))
+
 
 def tiled_attention(q, k, v, *, is_causal=False, block_size=64, scale=None):
-    """softmax(q k^T * scale) v, one (block_size, block_size) tile of scores at a time.
+    """softmax(q k^T * scale) v, one tile of scores (query block, key block) at a time.
 
     Args:
         q: (B, h, Tq, d) queries.  k: (B, h, Tk, d) keys.  v: (B, h, Tk, d_v) values.
             The leading (B, h) dimensions broadcast; all three share one floating dtype.
         is_causal: block later keys, aligned bottom-right (query i sees keys
             j <= i + Tk - Tq). Rows with no key allowed (Tq > Tk) return zeros.
-        block_size: rows per query block and per key block, an int >= 1. A block larger
-            than the sequence is one block.
+        block_size: keys per key block, an int >= 1. Query blocks have block_size rows,
+            or a multiple of it so that there are at most 16 (`query_block_size`). A block
+            larger than the sequence is one block.
         scale: multiplier of the scores, default 1 / sqrt(d).
+
+    The largest buffers are the tile of scores, (query_block_size(Tq, block_size),
+    block_size) per (batch, head), and the output; never a (Tq, Tk) matrix.
 
     Returns:
         out (B, h, Tq, d_v) in q's dtype: the same numbers as
@@ -63,9 +81,10 @@ def tiled_attention(q, k, v, *, is_causal=False, block_size=64, scale=None):
     q, k, v = q.to(work), k.to(work), v.to(work)
     offset = Tk - Tq                                       # query i sees keys j <= i + offset
 
-    out_blocks = []
-    for i0 in range(0, Tq, block_size):
-        i1 = min(i0 + block_size, Tq)
+    rows = query_block_size(Tq, block_size)                # queries per block
+    out = torch.empty((*lead, Tq, v.shape[-1]), dtype=work, device=q.device)   # (B, h, Tq, d_v)
+    for i0 in range(0, Tq, rows):
+        i1 = min(i0 + rows, Tq)
         q_blk = q[..., i0:i1, :] * s                       # (B, h, bq, d), scaled once per block
         m = torch.full((*lead, i1 - i0, 1), float("-inf"), dtype=work, device=q.device)  # (B, h, bq, 1)
         l = torch.zeros((*lead, i1 - i0, 1), dtype=work, device=q.device)                # (B, h, bq, 1)
@@ -76,9 +95,9 @@ def tiled_attention(q, k, v, *, is_causal=False, block_size=64, scale=None):
             j1 = min(j0 + block_size, Tk)
             scores = q_blk @ k[..., j0:j1, :].transpose(-2, -1)              # (B, h, bq, bk)
             if is_causal and j1 - 1 > i0 + offset:         # the tile straddles the diagonal
-                rows = torch.arange(i0, i1, device=q.device)[:, None]       # (bq, 1)
-                cols = torch.arange(j0, j1, device=q.device)[None, :]       # (1, bk)
-                scores = scores.masked_fill(cols > rows + offset, float("-inf"))
+                i = torch.arange(i0, i1, device=q.device)[:, None]          # (bq, 1) query positions
+                j = torch.arange(j0, j1, device=q.device)[None, :]          # (1, bk) key positions
+                scores = scores.masked_fill(j > i + offset, float("-inf"))
             # The result does not depend on m (it cancels in acc / l), so no gradient
             # needs to flow through it.
             m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True)).detach()   # (B, h, bq, 1)
@@ -91,10 +110,8 @@ def tiled_attention(q, k, v, *, is_causal=False, block_size=64, scale=None):
             acc = acc * rescale + p @ v[..., j0:j1, :]     # (B, h, bq, d_v)
             m = m_new
         empty = l == 0                                     # rows that saw no allowed key
-        out_blocks.append(acc / torch.where(empty, torch.ones_like(l), l))   # acc is 0 there
-    if not out_blocks:                                     # Tq == 0
-        return torch.zeros((*lead, 0, v.shape[-1]), dtype=dtype, device=q.device)
-    return torch.cat(out_blocks, dim=-2).to(dtype)         # (B, h, Tq, d_v)
+        out[..., i0:i1, :] = acc / torch.where(empty, torch.ones_like(l), l)   # acc is 0 there
+    return out.to(dtype)
 
 
 def _check(q, k, v, is_causal, block_size, scale):

@@ -66,6 +66,17 @@ def rope_rotate_half_trick(x, positions, base):
     return x * angle.cos() + rotated * angle.sin()
 
 
+def rope_slice_assign(x, positions, base):
+    """Frequencies from Python floats (in x's dtype), written into the even and odd slots."""
+    d = x.shape[1]
+    theta = torch.tensor([base ** (-2 * i / d) for i in range(d // 2)], dtype=x.dtype)   # (d/2,)
+    a = positions.to(x.dtype)[:, None] * theta                                          # (T, d/2)
+    out = torch.empty_like(x)
+    out[:, 0::2] = x[:, 0::2] * a.cos() - x[:, 1::2] * a.sin()
+    out[:, 1::2] = x[:, 0::2] * a.sin() + x[:, 1::2] * a.cos()
+    return out
+
+
 # ---------------------------------------------------------------- mla_cache_bytes
 
 def mla_bytes_per_token_first(layers, num_heads, head_dim, kv_latent_dim, rope_dim, seq_len, bytes_per_element):
@@ -112,9 +123,17 @@ def step_torch_sdpa(q, k_cache, v_cache, k_new, v_new):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def step_additive_mask(q, k_cache, v_cache, k_new, v_new):
+    """An additive float mask: -inf above the shifted diagonal (blocked), 0 elsewhere."""
+    k, v = torch.cat([k_cache, k_new], dim=-2), torch.cat([v_cache, v_new], dim=-2)
+    Tc, Tn = k_cache.shape[-2], q.shape[-2]
+    bias = torch.full((Tn, Tc + Tn), float("-inf"), dtype=q.dtype).triu(diagonal=Tc + 1)   # (Tn, Tk)
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias, dim=-1) @ v
+
+
 CORRECT = {
     "decode.expand_kv_heads": [expand_index_select, expand_broadcast_reshape, expand_cat_loop],
-    "decode.rope_rotate": [rope_complex, rope_rotation_matrices, rope_rotate_half_trick],
+    "decode.rope_rotate": [rope_complex, rope_rotation_matrices, rope_rotate_half_trick, rope_slice_assign],
     "decode.mla_cache_bytes": [mla_bytes_per_token_first, mla_bytes_sum_of_parts],
-    "decode.decode_step": [step_einsum_float64, step_token_by_token, step_torch_sdpa],
+    "decode.decode_step": [step_einsum_float64, step_token_by_token, step_torch_sdpa, step_additive_mask],
 }

@@ -32,6 +32,14 @@ def stats_python_floats(chunks):
     return torch.tensor(rows, dtype=torch.float64).to(chunks.dtype)
 
 
+def stats_logcumsumexp(chunks):
+    """Running max by cummax; running log-sum-exp by logcumsumexp over the chunks' own log-sum-exps."""
+    m = chunks.amax(dim=1).cummax(dim=0).values                        # (n,)
+    lse = torch.logcumsumexp(torch.logsumexp(chunks, dim=1), dim=0)    # (n,): log of the sum of exp so far
+    l = torch.where(torch.isneginf(m), torch.zeros_like(m), torch.exp(lse - m))
+    return torch.stack([m, l], dim=1)
+
+
 # ---------------------------------------------------------------- merge_partials
 
 def merge_via_lse(a, b):
@@ -58,6 +66,15 @@ def merge_row_by_row(a, b):
     return torch.from_numpy(np.array(rows)).to(a.dtype)
 
 
+def merge_sigmoid(a, b):
+    """The first partial's share of the merged output is sigmoid(lse_1 - lse_2)."""
+    m1, l1, m2, l2 = a[:, -2], a[:, -1], b[:, -2], b[:, -1]
+    share = torch.sigmoid((m1 + torch.log(l1)) - (m2 + torch.log(l2)))[:, None]   # (Tq, 1)
+    m = torch.maximum(m1, m2)
+    l = l1 * torch.exp(m1 - m) + l2 * torch.exp(m2 - m)
+    return torch.cat([share * a[:, :-2] + (1 - share) * b[:, :-2], m[:, None], l[:, None]], dim=1)
+
+
 # ---------------------------------------------------------------- causal_tiles
 
 def tiles_by_mask(q_len, k_len, block_size):
@@ -81,6 +98,12 @@ def tiles_by_formula(q_len, k_len, block_size):
         last_key = min(last_query + k_len - q_len, k_len - 1)
         total += 0 if last_key < 0 else last_key // block_size + 1
     return total
+
+
+def tiles_by_corner(q_len, k_len, block_size):
+    """A tile holds an allowed entry iff its bottom-left corner (last query, first key) is allowed."""
+    return sum(1 for i0 in range(0, q_len, block_size) for j0 in range(0, k_len, block_size)
+               if j0 <= min(i0 + block_size, q_len) - 1 + k_len - q_len)
 
 
 # ---------------------------------------------------------------- tiled_forward
@@ -121,9 +144,24 @@ def forward_einsum_loop(q, k, v, block_size):
     return num / den
 
 
+def forward_row_by_row(q, k, v, block_size):
+    """One query row at a time, with Python floats for the running max and sum."""
+    rows = []
+    for i in range(q.shape[0]):
+        m, l, acc = -math.inf, 0.0, torch.zeros(v.shape[1], dtype=q.dtype)
+        for j in range(0, k.shape[0], block_size):
+            s = k[j:j + block_size] @ q[i] / math.sqrt(q.shape[1])    # (bk,)
+            m_new = max(m, float(s.max()))
+            p = torch.exp(s - m_new)
+            shrink = math.exp(m - m_new)
+            l, acc, m = l * shrink + float(p.sum()), acc * shrink + p @ v[j:j + block_size], m_new
+        rows.append(acc / l)
+    return torch.stack(rows)
+
+
 CORRECT = {
-    "flash.online_softmax_stats": [stats_vectorised, stats_python_floats],
-    "flash.merge_partials": [merge_via_lse, merge_row_by_row],
-    "flash.causal_tiles": [tiles_by_mask, tiles_by_formula],
-    "flash.tiled_forward": [forward_with_lse, forward_einsum_loop],
+    "flash.online_softmax_stats": [stats_vectorised, stats_python_floats, stats_logcumsumexp],
+    "flash.merge_partials": [merge_via_lse, merge_row_by_row, merge_sigmoid],
+    "flash.causal_tiles": [tiles_by_mask, tiles_by_formula, tiles_by_corner],
+    "flash.tiled_forward": [forward_with_lse, forward_einsum_loop, forward_row_by_row],
 }

@@ -1,5 +1,5 @@
-"""Exercises of lesson 11, decoding at scale: K/V heads for GQA, RoPE, the MLA cache, one
-decoding step with a cache."""
+"""Exercises of lesson 11, decoding at scale: one decoding step with a cache, K/V heads for
+GQA, RoPE, the MLA cache."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .heads import _int, _randn
 LESSON = "11-kv-cache-gqa-mla"
 
 
-# ---------------------------------------------------------------- 1. expand K/V heads (GQA)
+# ---------------------------------------------------------------- expand K/V heads (GQA)
 
 def expand_kv_heads(kv: torch.Tensor, num_heads: int) -> torch.Tensor:
     """(B, g, T, d) -> (B, num_heads, T, d): query head i reads K/V head i // (num_heads // g)."""
@@ -66,7 +66,7 @@ EXPAND = Exercise(
 )
 
 
-# ---------------------------------------------------------------- 2. RoPE, interleaved layout
+# ---------------------------------------------------------------- RoPE, interleaved layout
 
 def rope_rotate(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
     """Interleaved RoPE: pair (x[2i], x[2i+1]) of row t rotated by positions[t] * base**(-2i/d).
@@ -108,6 +108,22 @@ def _rope_hidden(g):
     return cases
 
 
+def _rope_explain(case, outcome):
+    """A float64 answer that is right only to float32 precision computed its angles in float32."""
+    if case.raises or outcome.status != "value" or outcome.value.kind != "tensor":
+        return None
+    x, positions, base = case.args
+    got = outcome.value.data
+    if x.dtype != torch.float64 or str(got.dtype) != "float64" or tuple(got.shape) != tuple(x.shape):
+        return None
+    want = rope_rotate(x, positions, base).numpy()
+    import numpy as np
+    if np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        return ("right to float32 precision only: compute the frequencies and angles in x's dtype "
+                "(float64 here), e.g. torch.arange(0, d, 2, dtype=x.dtype), not with .float()")
+    return None
+
+
 ROPE = Exercise(
     id="decode.rope_rotate", title="Rotary position embedding", lesson=LESSON,
     function="rope_rotate", params=("x", "positions", "base"), points=4,
@@ -123,11 +139,11 @@ ROPE = Exercise(
         Mistake("rotate row t by the position given in positions[t], not by t",
                 lambda x, p, b: rope_rotate(x, torch.arange(x.shape[0]), b)),
     ),
-    forbidden=("mha",),
+    forbidden=("mha",), explain=_rope_explain,
 )
 
 
-# ---------------------------------------------------------------- 3. bytes of an MLA cache
+# ---------------------------------------------------------------- bytes of an MLA cache
 
 def mla_cache_bytes(layers: int, num_heads: int, head_dim: int, kv_latent_dim: int, rope_dim: int,
                     seq_len: int, bytes_per_element: int) -> int:
@@ -172,7 +188,7 @@ MLA_BYTES = Exercise(
 )
 
 
-# ---------------------------------------------------------------- 4. one decoding step
+# ---------------------------------------------------------------- one decoding step
 
 def decode_step(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor,
                 v_new: torch.Tensor) -> torch.Tensor:
@@ -243,4 +259,4 @@ STEP = Exercise(
     forbidden=("mha", "torch.nn.attention.bias", "causal_lower_right", "causal_upper_left"),
 )
 
-EXERCISES = (EXPAND, ROPE, MLA_BYTES, STEP)
+EXERCISES = (STEP, EXPAND, ROPE, MLA_BYTES)   # in the lesson's order

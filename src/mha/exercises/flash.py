@@ -242,16 +242,28 @@ def _tiles_square(tq, tk, b):
     return n * (n + 1) // 2
 
 
+def _tiles_first_query(tq, tk, b):
+    visited = 0
+    for i0 in range(0, tq, b):
+        last_key = i0 + tk - tq                          # what the block's FIRST query sees
+        if last_key >= 0:
+            visited += min(last_key, tk - 1) // b + 1
+    return visited
+
+
 def _tiles_public(g):
-    return [Case((8, 8, 2)), Case((5, 13, 4)), Case((10, 4, 3))]
+    return [Case((8, 8, 2)), Case((5, 13, 4)), Case((10, 4, 3)),
+            Case((6, 13, 4), note="the diagonal cuts through the tiles")]
 
 
 def _tiles_hidden(g):
     b = _int(g, 2, 5)
     n = _int(g, 2, 5)
+    tq = _int(g, 1, 3) * b + _int(g, 1, b - 1)
     return [Case((n * b + _int(g, 1, b - 1), n * b + _int(g, 1, b - 1), b)),        # partial last blocks
             Case((b, _int(g, 3, 6) * b + _int(g, 0, b - 1), b)),                     # one query block
-            Case((_int(g, 3, 6) * b, _int(g, 1, 2) * b, b))]                       # more queries
+            Case((_int(g, 3, 6) * b, _int(g, 1, 2) * b, b)),                       # more queries
+            Case((tq, tq + _int(g, 1, 3) * b + _int(g, 1, b - 1), b))]              # diagonal inside tiles
 
 
 TILES = Exercise(
@@ -267,6 +279,8 @@ TILES = Exercise(
                 "T // block_size", _tiles_floor),
         Mistake("n (n + 1) / 2 holds for a square score matrix only; with q_len != k_len, count "
                 "the key blocks each query block may see", _tiles_square),
+        Mistake("a tile is visited when ANY of its entries is allowed: count up to the key that the "
+                "block's last query may see (it sees the most), not its first query", _tiles_first_query),
     ),
     forbidden=("mha",), dtypes=(),
 )
@@ -316,6 +330,46 @@ def _forward_unscaled(q, k, v, block_size):
     return tiled_forward(q * math.sqrt(q.shape[-1]), k, v, block_size)
 
 
+def _forward_no_max(q, k, v, block_size):
+    s = 1.0 / math.sqrt(q.shape[-1])
+    l, acc = torch.zeros(q.shape[0], 1, dtype=q.dtype), torch.zeros(q.shape[0], v.shape[-1], dtype=q.dtype)
+    for j0 in range(0, k.shape[0], block_size):
+        p = torch.exp(q @ k[j0:j0 + block_size].T * s)                   # overflows for large scores
+        l = l + p.sum(dim=-1, keepdim=True)
+        acc = acc + p @ v[j0:j0 + block_size]
+    return acc / l
+
+
+def _forward_max_from_zero(q, k, v, block_size):
+    s = 1.0 / math.sqrt(q.shape[-1])
+    m = torch.zeros(q.shape[0], 1, dtype=q.dtype)                       # should start at -inf
+    l, acc = torch.zeros(q.shape[0], 1, dtype=q.dtype), torch.zeros(q.shape[0], v.shape[-1], dtype=q.dtype)
+    for j0 in range(0, k.shape[0], block_size):
+        scores = q @ k[j0:j0 + block_size].T * s
+        m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+        p, rescale = torch.exp(scores - m_new), torch.exp(m - m_new)
+        l = l * rescale + p.sum(dim=-1, keepdim=True)
+        acc = acc * rescale + p @ v[j0:j0 + block_size]
+        m = m_new
+    return acc / l
+
+
+def _extreme_scores(g, tq, tk, dv, dtype=torch.float32, note=""):
+    """Scores in the thousands, d = 4. Keys point along one unit vector u with distinct lengths
+    (20 to 40); query 0 is 100 u (every score of its row above 1000: exp overflows even in
+    float64 without the max) and query 1 is -100 u (every score below -1000: exp underflows
+    to 0 unless the max starts at -inf). The gaps between scores make both rows one-hot, so
+    rounding does not matter. The other queries are ordinary."""
+    d = 4
+    u = _randn(g, d, dtype=torch.float64)
+    u = u / u.norm()
+    lengths = torch.linspace(20.0, 40.0, tk, dtype=torch.float64)[torch.randperm(tk, generator=g)]
+    k = lengths[:, None] * u + 0.1 * _randn(g, tk, d, dtype=torch.float64)
+    q = _randn(g, tq, d, dtype=torch.float64)
+    q[0], q[1] = 100.0 * u, -100.0 * u
+    return Case((q.to(dtype), k.to(dtype), _randn(g, tk, dv, dtype=dtype), _int(g, 2, 4)), note=note)
+
+
 def _growing_keys(g, tq, tk, d, dv, dtype=torch.float32):
     """Positive queries and keys whose size grows with position: every row's max grows."""
     q = _randn(g, tq, d, dtype=torch.float64).abs() + 0.5
@@ -327,7 +381,8 @@ def _forward_public(g):
     return [Case((_randn(g, 3, 4), _randn(g, 5, 4), _randn(g, 5, 2), 2), note="Tk = 5, blocks of 2"),
             Case((_randn(g, 4, 8, dtype=torch.float64), _randn(g, 6, 8, dtype=torch.float64),
                   _randn(g, 6, 3, dtype=torch.float64), 1), note="blocks of one key"),
-            Case((_randn(g, 2, 4), _randn(g, 3, 4), _randn(g, 3, 4), 8), note="one block larger than Tk")]
+            Case((_randn(g, 2, 4), _randn(g, 3, 4), _randn(g, 3, 4), 8), note="one block larger than Tk"),
+            _extreme_scores(g, 3, 6, 2, note="query 0: scores above 1000; query 1: below -1000")]
 
 
 def _forward_hidden(g):
@@ -336,7 +391,8 @@ def _forward_hidden(g):
             Case((_randn(g, _int(g, 1, 6), d, dtype=torch.float64, scale=2.0),
                   _randn(g, 9, d, dtype=torch.float64, scale=2.0), _randn(g, 9, _int(g, 1, 5), dtype=torch.float64),
                   _int(g, 2, 4))),
-            Case((_randn(g, _int(g, 2, 6), 4), _randn(g, 5, 4), _randn(g, 5, 3), _int(g, 6, 9)))]
+            Case((_randn(g, _int(g, 2, 6), 4), _randn(g, 5, 4), _randn(g, 5, 3), _int(g, 6, 9))),
+            _extreme_scores(g, _int(g, 2, 5), _int(g, 5, 10), _int(g, 1, 4), torch.float64)]
 
 
 TILED = Exercise(
@@ -350,6 +406,10 @@ TILED = Exercise(
                 "must be weighted by their share of the whole row's sum (keep running m, l, acc)",
                 _forward_per_block),
         Mistake("scale the scores by 1 / sqrt(d) before the exponentials", _forward_unscaled),
+        Mistake("exp of a score in the thousands overflows to inf (inf / inf = NaN): subtract the "
+                "running max, so that every exponent is <= 0", _forward_no_max),
+        Mistake("start the running max at -inf, not 0: when every score of a row is very negative, "
+                "exp(score - 0) underflows to 0 and the row ends as 0 / 0", _forward_max_from_zero),
     ),
     forbidden=("mha", "scaled_dot_product_attention"),
 )
