@@ -12,7 +12,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils import skip_init
 
 from ._checks import check_int, check_mask, check_tensor
 from .attention import scaled_dot_product_attention
@@ -23,11 +22,19 @@ from .masks import causal_mask, combine_masks
 BACKENDS = ("sdpa", "naive")
 
 
+class Linear(nn.Linear):
+    """An nn.Linear that draws no random numbers when it is built, so that `_init_linears`
+    alone decides the weights, in a fixed order, and equal configurations built from one
+    seed are equal. (torch.nn.utils.skip_init does the same, but its first call imports
+    sympy, about a second of CPU in every fresh kernel.)"""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 def _linear(fan_in: int, fan_out: int, bias: bool, **factory) -> nn.Linear:
-    # skip_init: no random draw at construction, so `_init_linears` alone decides the
-    # weights, in a fixed order, and equal configurations built from one seed are equal.
-    factory = {k: v for k, v in factory.items() if v is not None}  # skip_init needs no None device
-    return skip_init(nn.Linear, fan_in, fan_out, bias=bias, **factory)
+    factory = {k: v for k, v in factory.items() if v is not None}
+    return Linear(fan_in, fan_out, bias=bias, **factory)
 
 
 def _init_linears(*layers: nn.Linear) -> None:
