@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -80,13 +81,29 @@ def test_the_myst_fixture_becomes_plain_markdown(student):
     assert "> **Note**" in text and "Vaswani" in text
 
 
+def exercise_part(nb):
+    """The student notebook's setup cell, the lesson's first code cell (its imports) and
+    every cell from "## Exercises" on. The rest of a lesson is the lesson's own code, which
+    the site build executes (once per test run, tests/test_executed_notebooks.py); a
+    whole student notebook runs top to bottom in tests/test_student_path.py."""
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    start = next((i for i, c in enumerate(nb.cells)
+                  if c.cell_type == "markdown" and re.search(r"^#+ Exercises", c.source, re.M)), None)
+    keep = set(code[:2]) | ({i for i in code if i > start} if start is not None else set(code))
+    part = nbformat.v4.new_notebook(cells=[c for i, c in enumerate(nb.cells) if i in keep])
+    part.metadata = nb.metadata
+    return part
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_student_notebook_runs_top_to_bottom(student, name, tmp_path):
-    """Every check cell reports 'not attempted' and the notebook goes on to the end."""
+def test_student_notebook_exercises_run_and_report_the_stubs(student, name, tmp_path):
+    """Every check cell reports 'not attempted' and the exercises run to the end on the
+    lesson's imports alone (an exercise must not depend on the lesson's variables)."""
     from nbclient import NotebookClient
 
-    nb = nbformat.read(student[name], as_version=4)
+    nb = exercise_part(nbformat.read(student[name], as_version=4))
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     n_checks = sum(c.source.startswith("check(") for c in nb.cells if c.cell_type == "code")
+    assert n_checks >= (3 if name not in (FIXTURE.stem,) else 0)
     assert outputs.count("not attempted yet") == n_checks
