@@ -23,6 +23,18 @@ HTML = BUILD / "html"
 ARTIFACTS = BUILD / "artifacts"
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one thread for the module's tests: tiny tensors run many times faster on
+    one thread than on several when the machine is busy."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def built_site(testrun_uid: str) -> Path:
     """Run the build that `make book` runs (`make site`) once per run; return _build/html.

@@ -36,13 +36,7 @@ CORRECT = load_alternatives()
 SHOWN = 8  # failures quoted in a message
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is many times faster than several on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def cast(case: Case, dtype: str | None) -> Case:

@@ -16,13 +16,7 @@ import mha
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tiles: one thread is many times faster than several on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 def qkv(B, h, Tq, Tk, d=8, dv=5, dtype=torch.float64, seed=0):
