@@ -175,6 +175,16 @@ def _uses(stmt: ast.stmt) -> set[str]:
     return loads
 
 
+def _binds_uses(stmt: ast.stmt) -> tuple[set[str], set[str]]:
+    """``_binds`` and ``_uses`` of a statement, computed once and kept on the node (a
+    submission's statements are searched once per exercise)."""
+    cached = getattr(stmt, "_mha_binds_uses", None)
+    if cached is None:
+        cached = (_binds(stmt), _uses(stmt))
+        stmt._mha_binds_uses = cached
+    return cached
+
+
 def closure(stmts: list[ast.stmt], names: set[str]) -> list[ast.stmt]:
     """The statements (in order) that bind ``names`` or anything those statements use."""
     keep_kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
@@ -188,9 +198,10 @@ def closure(stmts: list[ast.stmt], names: set[str]) -> list[ast.stmt]:
             if i in kept:
                 continue
             star = isinstance(s, ast.ImportFrom) and any(a.name == "*" for a in s.names)
-            if star or _binds(s) & needed:
+            binds, uses = _binds_uses(s)
+            if star or binds & needed:
                 kept.add(i)
-                needed |= _uses(s)
+                needed |= uses
                 changed = True
     return [s for i, s in enumerate(candidates) if i in kept]
 
@@ -207,7 +218,7 @@ def find_function(stmts: list[ast.stmt], name: str, params: tuple[str, ...],
                   taken: frozenset[str] = frozenset()) -> FunctionInfo:
     """Find ``name`` among the statements; ``taken`` names (other exercises' functions)
     are never suggested as a misspelling of it."""
-    binders = [s for s in stmts if name in _binds(s)]
+    binders = [s for s in stmts if name in _binds_uses(s)[0]]
     if not binders:
         defined = sorted({s.name for s in stmts if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
                          - set(taken))

@@ -315,8 +315,14 @@ def grade_many(paths, exercises=None, *, limits=None, jobs: int = 2, seed: int |
                 on_done(r, done[0], len(paths))
         return r
 
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the references' tensors are small: more threads only contend
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             return list(pool.map(one, paths))
     finally:
+        torch.set_num_threads(threads)
+        sandbox.stop_zygotes()
         shutil.rmtree(tmp_root, ignore_errors=True)

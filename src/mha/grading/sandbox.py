@@ -2,21 +2,29 @@
 
 The grader writes a job folder (config, inputs, the pruned submission), starts
 ``worker.py`` in its own session with a scrubbed environment, and follows the progress
-lines it writes on a pipe. An exercise that runs past its time limit, or a worker that
+lines it writes on a pipe. To save starting Python and importing torch for every
+submission, the worker is normally forked from a zygote (``worker.py --zygote``, one per
+job slot, started once with numpy and torch imported and nothing of the course): the
+forked child applies every per-submission step itself (session, file descriptors,
+environment, folder, namespaces, limits, user) and exits after one submission, so it is
+the same process the plain start gives. ``MHA_GRADER_ZYGOTE=0`` turns the zygote off. An exercise that runs past its time limit, or a worker that
 dies, costs only the exercise that was running: the process group is killed and a fresh
 worker carries on with the exercises left. Nothing the worker prints is read.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pwd
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,11 +176,16 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
            "isolate": True, "run": jobs}
     (jobdir / "config.json").write_text(json.dumps(cfg))
     stderr = open(jobdir / "stderr.txt", "ab")
+    zygote = _take_zygote(limits.startup_s)
     try:
-        proc = subprocess.Popen([sys.executable, "-I", "-S", str(WORKER), str(jobdir)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-                                cwd=str(work), env=clean_env(work), start_new_session=True,
-                                pass_fds=(write_fd,))
+        proc = zygote.spawn(jobdir, work, write_fd, stderr.fileno(), clean_env(work)) if zygote else None
+        with _lock:
+            STARTS["zygote" if proc else "fresh"] += 1
+        if proc is None:
+            proc = subprocess.Popen([sys.executable, "-I", "-S", str(WORKER), str(jobdir)],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                                    cwd=str(work), env=clean_env(work), start_new_session=True,
+                                    pass_fds=(write_fd,))
     finally:
         os.close(write_fd)
         stderr.close()
@@ -230,6 +243,8 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
     finally:
         _kill(proc, watch.inner_pid)
         os.close(read_fd)
+        if zygote:
+            _give_back(zygote)
     return result
 
 
@@ -317,3 +332,173 @@ def _kill(proc: subprocess.Popen, inner_pid: int | None) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # pragma: no cover
         pass
+
+
+# ----------------------------------------------------------------------------- zygotes
+
+class _Zygote:
+    """A ``worker.py --zygote`` process and the socket to it (JSON requests and answers,
+    file descriptors passed alongside; never pickle)."""
+
+    def __init__(self):
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        boot = json.dumps({"site": site_dirs(), "fd": theirs.fileno()})
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-I", "-S", str(WORKER), "--zygote", boot],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, cwd="/", env=clean_env(Path("/")),
+                                         start_new_session=True, pass_fds=(theirs.fileno(),))
+        finally:
+            theirs.close()
+        self.sock = mine
+        self.ready = False
+        self.broken = False
+        self.threads = None  # the zygote's thread count when ready (1: forking it is safe)
+
+    def receive(self, timeout: float):
+        """The zygote's next answer (a dict), or None after ``timeout`` seconds or when it
+        has gone (then it is marked broken)."""
+        ready, _, _ = select.select([self.sock], [], [], max(0.0, timeout))
+        if not ready:
+            return None
+        try:
+            data = self.sock.recv(1 << 16)
+            obj = json.loads(data) if data else None
+        except (OSError, ValueError):
+            obj = None
+        if not isinstance(obj, dict):
+            self.broken = True
+            return None
+        return obj
+
+    def wait_ready(self, timeout: float) -> bool:
+        if not self.ready and not self.broken:
+            answer = self.receive(timeout)
+            self.ready = bool(answer and answer.get("ready"))
+            self.threads = answer.get("threads") if answer else None
+            self.broken = not self.ready
+        return self.ready
+
+    def spawn(self, jobdir: Path, work: Path, write_fd: int, stderr_fd: int, env: dict):
+        """Fork a worker for ``jobdir``; a ``_ZygoteChild``, or None (then the zygote is
+        broken and the caller starts the worker itself)."""
+        req = {"jobdir": str(jobdir), "cwd": str(work), "env": env}
+        try:
+            socket.send_fds(self.sock, [json.dumps(req).encode()], [write_fd, stderr_fd])
+        except OSError:
+            self.broken = True
+            return None
+        answer = self.receive(30.0)
+        if not answer or not isinstance(answer.get("pid"), int) or answer["pid"] <= 0:
+            self.broken = True
+            self.proc.kill()  # a child it may have forked dies with it
+            return None
+        return _ZygoteChild(self, answer["pid"])
+
+    def close(self) -> None:
+        try:
+            self.sock.close()  # the zygote exits when its socket closes
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class _ZygoteChild:
+    """The parts of ``subprocess.Popen`` the watcher uses, for a worker forked by a zygote
+    (its parent, which reaps it and tells us its exit status)."""
+
+    def __init__(self, zygote: _Zygote, pid: int):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+
+    def _collect(self, timeout: float) -> None:
+        if self.returncode is not None:
+            return
+        answer = self.zygote.receive(timeout)
+        if answer is not None and isinstance(answer.get("exit"), int):
+            self.returncode = answer["exit"]
+        elif self.zygote.broken:  # the zygote is gone: we cannot learn the status
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.returncode = -signal.SIGKILL
+
+    def poll(self):
+        self._collect(0.0)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.returncode is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.zygote.broken = True  # it still waits for this child: do not reuse it
+                raise subprocess.TimeoutExpired("zygote child", timeout)
+            self._collect(min(left, 1.0))
+        return self.returncode
+
+
+STARTS = {"zygote": 0, "fresh": 0}  # workers forked by a zygote, workers started afresh
+_idle: list[_Zygote] = []
+_busy: set = set()
+_lock = threading.Lock()
+
+
+def zygotes_enabled() -> bool:
+    return os.environ.get("MHA_GRADER_ZYGOTE", "1") != "0" and hasattr(socket, "send_fds")
+
+
+def _take_zygote(startup_s: float):
+    """An idle zygote (started if none is idle and alive), ready to fork; None when
+    zygotes are off or one cannot be started."""
+    if not zygotes_enabled():
+        return None
+    while True:
+        with _lock:
+            z = _idle.pop() if _idle else None
+        if z is None:
+            break
+        if z.proc.poll() is None and not z.broken:
+            with _lock:
+                _busy.add(z)
+            return z
+        z.close()  # it died while idle
+    try:
+        z = _Zygote()
+    except OSError:
+        return None
+    if z.wait_ready(startup_s) and z.proc.poll() is None:
+        with _lock:
+            _busy.add(z)
+        return z
+    z.close()
+    return None
+
+
+def _give_back(z: _Zygote) -> None:
+    """Back to the idle list once its child is reaped; a zygote that is broken, has died
+    or still waits for a child is closed (a fresh one is started when needed)."""
+    with _lock:
+        _busy.discard(z)
+    child_reaped = not z.broken and z.proc.poll() is None
+    if child_reaped:
+        with _lock:
+            _idle.append(z)
+    else:
+        z.close()
+
+
+def stop_zygotes() -> None:
+    """Close every idle zygote (the batch is over)."""
+    with _lock:
+        idle = list(_idle)
+        _idle.clear()
+    for z in idle:
+        z.close()
+
+
+atexit.register(stop_zygotes)

@@ -1,6 +1,9 @@
 """The sandboxed side of the grader: runs a submission's functions on given inputs.
 
-Started by :mod:`mha.grading.sandbox` as ``python -I -S worker.py JOBDIR``. Everything
+Started by :mod:`mha.grading.sandbox` as ``python -I -S worker.py JOBDIR``, or forked
+for one submission by a zygote (``worker.py --zygote``, see ``zygote``) that has done
+the preloading of step 5 once and nothing else; the forked child then goes through the
+same steps, from 1, as a fresh worker. Everything
 here is trusted only until the student's code is loaded; after that the process is
 assumed hostile, which is why it may only leave plain data behind (``out/<i>.json`` and
 ``out/<i>.npz``) and why the grader, not this process, decides what any of it is worth.
@@ -337,14 +340,9 @@ def load_plain():
     return module
 
 
-def main(argv) -> None:
-    jobdir = argv[1]
-    with open(os.path.join(jobdir, "config.json"), encoding="utf-8") as f:
-        cfg = json.load(f)
-    progress_fd = cfg["progress_fd"]
-    sys.path[:0] = [p for p in cfg.get("site", []) if p not in sys.path]
-    plain = load_plain()  # before the package directory is hidden
-    preload(plain)
+def sandboxed(jobdir: str, cfg, progress_fd: int, plain) -> None:
+    """Steps 2 to 6 for one submission, in a process that has preloaded (``main``, or a
+    child forked by the zygote); never returns."""
     if os.getuid() == 0 and cfg.get("isolate", True):
         isolate(cfg, progress_fd)
     limit(cfg)
@@ -355,6 +353,116 @@ def main(argv) -> None:
     finally:
         sys.stdout.flush()
     os._exit(0)
+
+
+def main(argv) -> None:
+    if len(argv) > 1 and argv[1] == "--zygote":
+        zygote(argv)
+    jobdir = argv[1]
+    with open(os.path.join(jobdir, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    progress_fd = cfg["progress_fd"]
+    sys.path[:0] = [p for p in cfg.get("site", []) if p not in sys.path]
+    plain = load_plain()  # before the package directory is hidden
+    preload(plain)
+    sandboxed(jobdir, cfg, progress_fd, plain)
+
+
+# ----------------------------------------------------------------------------- zygote
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+
+
+def zygote(argv) -> None:
+    """``python -I -S worker.py --zygote '{"site": [...], "fd": N}'``: import numpy and
+    torch once (steps 1 and 5's preloading, nothing of the course), then, for each request
+    read from the socket ``fd`` (JSON naming a job folder, its work folder and environment,
+    with the progress pipe and the stderr file attached), fork a child that becomes
+    exactly what ``main`` is after preloading, for that one submission, and exits.
+
+    The zygote itself never loads a submission, never reads a job folder, and keeps no
+    state from one request to the next: every child starts from the same preloaded state.
+    It answers ``{"pid": n}`` once the child is forked and ``{"exit": code}`` once it has
+    reaped it; it exits when the socket closes."""
+    import socket
+
+    boot = json.loads(argv[2])
+    sys.path[:0] = [p for p in boot.get("site", []) if p not in sys.path]
+    plain = load_plain()
+    preload(plain)
+    import torch
+
+    torch.set_num_threads(1)
+    libc = _libc()
+    import gc
+
+    gc.collect()
+    gc.freeze()  # the children's collections skip the preloaded objects (fewer copied pages)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # a same-user child cannot ptrace or read it
+    sock = socket.socket(fileno=boot["fd"])
+
+    def send(obj) -> None:
+        sock.send(json.dumps(obj).encode())
+
+    send({"ready": True, "threads": len(os.listdir("/proc/self/task"))})
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        req = json.loads(msg)
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            send({"error": "expected two file descriptors"})
+            continue
+        zygote_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                # Until its user changes (which clears this), the child dies with the
+                # zygote: a child the grader never heard of does not run on.
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                if os.getppid() != zygote_pid:
+                    os._exit(73)
+                _zygote_child(req, fds[0], fds[1], plain, libc)
+            finally:
+                os._exit(71)
+        for fd in fds:
+            os.close(fd)
+        send({"pid": pid})
+        _, status = os.waitpid(pid, 0)
+        send({"exit": os.waitstatus_to_exitcode(status)})
+
+
+def _zygote_child(req, progress_fd: int, stderr_fd: int, plain, libc) -> None:
+    """In the forked child: what ``subprocess.Popen`` does for ``main`` (new session,
+    stdin and stdout on /dev/null, stderr to the job's file, no other file descriptor
+    open, the scrubbed environment, the work folder as the current directory), then the
+    same steps as ``main`` after preloading."""
+    os.setsid()
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a freshly started worker
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.dup2(stderr_fd, 2)
+    if progress_fd < 3:  # pragma: no cover - 0, 1 and 2 are open in the zygote
+        os._exit(72)
+    os.closerange(3, progress_fd)  # the zygote's socket among them
+    os.closerange(progress_fd + 1, 1 << 20)
+    os.environ.clear()
+    os.environ.update(req["env"])
+    if "tempfile" in sys.modules:  # forget a temporary folder chosen under the zygote's environment
+        sys.modules["tempfile"].tempdir = None
+    os.chdir(req["cwd"])
+    jobdir = req["jobdir"]
+    sys.argv = [sys.argv[0], jobdir]
+    with open(os.path.join(jobdir, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["progress_fd"] = progress_fd
+    sandboxed(jobdir, cfg, progress_fd, plain)
 
 
 if __name__ == "__main__":
