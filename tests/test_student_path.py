@@ -69,8 +69,9 @@ def fresh_env(student_folder) -> Path:
 
 def test_install_command_on_the_site_names_the_offered_wheel(built_site, student_folder):
     wheel = next(student_folder.glob("*.whl")).name
-    text = (built_site / "book/how-to-use.html").read_text(encoding="utf-8")
-    assert f"python -m pip install {wheel} jupyterlab" in text
+    doc = BeautifulSoup((built_site / "book/how-to-use.html").read_text(encoding="utf-8"), "html.parser")
+    commands = [pre.get_text() for pre in doc.select("pre")]
+    assert any(f"python -m pip install {wheel} jupyterlab" in c for c in commands), commands
 
 
 def test_student_path_from_the_site_to_a_running_notebook(student_folder, fresh_env):
