@@ -265,6 +265,38 @@ def test_pruning_keeps_only_what_the_functions_need():
     assert "def helper" in prog and "W = torch.ones(2)" in prog and "import torch" in prog
 
 
+def test_arrays_cross_as_raw_bytes_and_come_back_equal():
+    import numpy as np
+
+    from mha.grading.plain import pack, unpack
+
+    arrays = {"a0": np.arange(6, dtype=np.float32).reshape(2, 3), "a1": np.zeros((0, 4)),
+              "a2": np.array(True), "a3": np.arange(5, dtype=np.int64)[::2], "a4": np.ones(3, np.float16)}
+    index, data = pack(arrays)
+    back = unpack(json.loads(json.dumps(index)), data)
+    assert list(back) == list(arrays)
+    for k, a in arrays.items():
+        assert back[k].dtype == a.dtype and back[k].shape == a.shape and np.array_equal(back[k], a)
+        assert not back[k].flags.writeable  # views of the bytes read from the worker
+
+
+@pytest.mark.parametrize("index", [
+    None, {"a0": 1}, [["a0", "float32", [2], 0, 1]],          # not a list of 4-item entries
+    [["a0", "object", [1], 0]],                                # a dtype that could hold objects
+    [["a0", "float32", [-1], 0]], [["a0", "float32", [2.0], 0]],  # impossible shapes
+    [["a0", "float32", [1 << 40, 1 << 40], 0]],                # a size past the limit
+    [["a0", "float64", [2], 0]],                               # more bytes than the buffer holds
+    [["a0", "float32", [1], 9]], [["a0", "float32", [1], -4]],  # outside the buffer
+    [["a" * 100, "float32", [1], 0]], [[0, "float32", [1], 0]],  # bad names
+    [["a0", "float32", [1] * 40, 0]],                          # too many dimensions
+])
+def test_a_forged_array_index_is_refused(index):
+    from mha.grading.plain import MalformedResult, unpack
+
+    with pytest.raises(MalformedResult):
+        unpack(index, bytes(12))
+
+
 def test_command_line_grades_and_writes_every_report(tmp_path):
     sub = tmp_path / "alice.py"
     sub.write_text(inspect.getsource(get("dims.split_heads").reference).replace("torch.Tensor", "object"))

@@ -1,7 +1,7 @@
 """Plain values: the only thing that crosses between a graded function and whoever judges it.
 
 A value returned by student code is *encoded* into a JSON tree plus a dict of numpy
-arrays (saved as .npz and loaded with ``allow_pickle=False``). The trusted side then
+arrays (stored as raw bytes with a JSON index, see ``pack``: nothing is ever unpickled). The trusted side then
 *validates* that tree into :class:`Value` objects it built itself, so no object made by
 student code (a tensor subclass, something with a forged ``__eq__``) is ever compared,
 called or even kept.
@@ -86,6 +86,51 @@ def _array(a, kind: str, dtype: str, arrays: dict):
     name = f"a{len(arrays)}"
     arrays[name] = a
     return {"t": kind, "dtype": dtype, "a": name}
+
+
+# ----------------------------------------------------------------------------- arrays on disk
+
+MAX_NDIM = 16
+
+
+def pack(arrays: dict) -> tuple[list, bytes]:
+    """Arrays (name -> ndarray) as an index (JSON-able: name, dtype, shape, offset per
+    array) and one buffer of their raw bytes, each at an offset aligned to 8 bytes."""
+    index, chunks, offset = [], [], 0
+    for name, a in arrays.items():
+        data = a.tobytes()  # C order
+        pad = -offset % 8
+        chunks += [b"\0" * pad, data]
+        offset += pad
+        index.append([name, str(a.dtype), list(a.shape), offset])
+        offset += len(data)
+    return index, b"".join(chunks)
+
+
+def unpack(index, data: bytes) -> dict:
+    """The arrays of an untrusted ``pack`` result, as read-only views of ``data``; raises
+    :class:`MalformedResult` for any entry that is not a known dtype, a sane shape, or
+    inside the buffer."""
+    import numpy as np
+
+    if not isinstance(index, list) or len(index) > 4 * MAX_ITEMS ** 2:
+        raise MalformedResult("bad array index")
+    arrays = {}
+    for entry in index:
+        if not (isinstance(entry, list) and len(entry) == 4):
+            raise MalformedResult("bad array index")
+        name, dtype, shape, offset = entry
+        if (not isinstance(name, str) or len(name) > 32 or dtype not in ARRAY_DTYPES
+                or not isinstance(shape, list) or len(shape) > MAX_NDIM
+                or not all(type(n) is int and 0 <= n <= MAX_ARRAY_ELEMENTS for n in shape)
+                or type(offset) is not int or offset < 0):
+            raise MalformedResult("bad array index")
+        count = math.prod(shape)
+        dt = np.dtype(dtype)
+        if count > MAX_ARRAY_ELEMENTS or offset + count * dt.itemsize > len(data):
+            raise MalformedResult("array outside its buffer")
+        arrays[name] = np.frombuffer(data, dtype=dt, count=count, offset=offset).reshape(shape)
+    return arrays
 
 
 # ----------------------------------------------------------------------------- decode

@@ -319,50 +319,87 @@ def forbidden_uses(tree: ast.AST, forbidden: tuple[str, ...]) -> list[str]:
     if not forbidden:
         return []
     leaves = {f.rsplit(".", 1)[-1] for f in forbidden if f != "mha"}
-    modules = {f for f in forbidden}
+    modules = set(forbidden)
     found: list[str] = []
 
     def add(what: str):
         if what not in found:
             found.append(what)
 
-    # A docstring is documentation, not a lookup: "computes the backward pass" must not
-    # cost an honest answer its points. Other strings still count (getattr(x, "name")).
-    docstrings = {id(body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                  and (body := node.body) and isinstance(body[0], ast.Expr)
-                  and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)}
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            if node.id in leaves:
-                add(node.id)
-            elif node.id in DYNAMIC:
-                add(f"{node.id} (dynamic lookups are not allowed here)")
-            elif node.id == "mha" and "mha" in modules:
+    for kind, value in _facts(tree):
+        if kind == "name":
+            if value in leaves:
+                add(value)
+            elif value in DYNAMIC:
+                add(f"{value} (dynamic lookups are not allowed here)")
+            elif value == "mha" and "mha" in modules:
                 add("the mha package")
-        elif isinstance(node, ast.Attribute):
-            if node.attr in leaves:
-                add(node.attr)
-            elif node.attr in DYNAMIC:
-                add(f"{node.attr} (dynamic lookups are not allowed here)")
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            mod = node.module if isinstance(node, ast.ImportFrom) else None
-            names = [a.name for a in node.names]
-            for full in ([mod] if mod else []) + names:
-                if full and ("mha" in modules and (full == "mha" or full.startswith("mha."))
-                             and full != "mha.exercises"):
-                    add("the mha package")
-                if full and any(full == f or full.startswith(f + ".") for f in modules):
-                    add(full)
-            for n in names:
-                if n in leaves:
-                    add(n)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+        elif kind == "attr":
+            if value in leaves:
+                add(value)
+            elif value in DYNAMIC:
+                add(f"{value} (dynamic lookups are not allowed here)")
+        elif kind == "module":
+            if "mha" in modules and (value == "mha" or value.startswith("mha.")) and value != "mha.exercises":
+                add("the mha package")
+            if any(value == f or value.startswith(f + ".") for f in modules):
+                add(value)
+        elif kind == "imported":
+            if value in leaves:
+                add(value)
+        else:  # a string constant
             for leaf in leaves:
-                if leaf in node.value and len(leaf) > 6:
+                if leaf in value and len(leaf) > 6:
                     add(f"{leaf} (named in a string)")
     return found
+
+
+def _facts(tree: ast.AST) -> list[tuple[str, str]]:
+    """What ``forbidden_uses`` looks at, in source order: names, attributes, imported
+    modules and names, and string constants that are not docstrings. A module's facts are
+    those of its statements, each worked out once and kept on the statement (the grader
+    asks about the same statements for every exercise of a submission)."""
+    if not isinstance(tree, ast.Module):
+        return _walk_facts(tree)
+    body = tree.body
+    if body and _is_docstring(body[0]):
+        body = body[1:]
+    out: list[tuple[str, str]] = []
+    for stmt in body:
+        cached = getattr(stmt, "_mha_facts", None)
+        if cached is None:
+            cached = stmt._mha_facts = _walk_facts(stmt)
+        out += cached
+    return out
+
+
+def _is_docstring(stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def _walk_facts(tree: ast.AST) -> list[tuple[str, str]]:
+    # A docstring is documentation, not a lookup: "computes the backward pass" must not
+    # cost an honest answer its points. Other strings still count (getattr(x, "name")).
+    facts: dict[tuple[str, str], None] = {}
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            facts["name", node.id] = None
+        elif isinstance(node, ast.Attribute):
+            facts["attr", node.attr] = None
+        elif isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.body and _is_docstring(node.body[0]):
+                docstrings.add(id(node.body[0].value))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names]
+            for full in ([node.module] if isinstance(node, ast.ImportFrom) and node.module else []) + names:
+                if full:
+                    facts["module", full] = None
+            for n in names:
+                facts["imported", n] = None
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            facts["str", node.value] = None
+    return list(facts)
 
 
 __all__ = ["Case", "Mistake", "Outcome", "Verdict", "Exercise", "compare", "plain",

@@ -158,30 +158,43 @@ def _uses(stmt: ast.stmt) -> set[str]:
     For a function, that is its free names: a parameter or a name the function assigns is
     local to it (Python's rule), so a top-level variable of the same name is not needed.
     """
-    loads = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        local = {a.arg for a in ast.walk(stmt) if isinstance(a, ast.arg)}
-        for n in ast.walk(stmt):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-                local.add(n.id)
-            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not stmt:
-                local.add(n.name)
-            elif isinstance(n, (ast.Import, ast.ImportFrom)):
-                local |= _binds(n)
-            elif isinstance(n, ast.ExceptHandler) and n.name:
-                local.add(n.name)
-        declared_global = {g for n in ast.walk(stmt) if isinstance(n, ast.Global) for g in n.names}
+    loads, local, declared_global = set(), set(), set()
+    is_function = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+    for n in ast.walk(stmt):  # one pass: this runs for every statement of every submission
+        if isinstance(n, ast.Name):
+            (loads if isinstance(n.ctx, ast.Load) else local).add(n.id)
+        elif not is_function:
+            continue
+        elif isinstance(n, ast.arg):
+            local.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not stmt:
+            local.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            local |= _binds(n)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            local.add(n.name)
+        elif isinstance(n, ast.Global):
+            declared_global.update(n.names)
+    if is_function:
         loads -= local - declared_global
     return loads
 
 
-def _binds_uses(stmt: ast.stmt) -> tuple[set[str], set[str]]:
-    """``_binds`` and ``_uses`` of a statement, computed once and kept on the node (a
-    submission's statements are searched once per exercise)."""
-    cached = getattr(stmt, "_mha_binds_uses", None)
+def _bound(stmt: ast.stmt) -> set[str]:
+    """``_binds`` of a statement, kept on the node (a submission's statements are searched
+    once per exercise)."""
+    cached = getattr(stmt, "_mha_binds", None)
     if cached is None:
-        cached = (_binds(stmt), _uses(stmt))
-        stmt._mha_binds_uses = cached
+        cached = stmt._mha_binds = _binds(stmt)
+    return cached
+
+
+def _used(stmt: ast.stmt) -> set[str]:
+    """``_uses`` of a statement, kept on the node; computed only for statements a closure
+    keeps."""
+    cached = getattr(stmt, "_mha_uses", None)
+    if cached is None:
+        cached = stmt._mha_uses = _uses(stmt)
     return cached
 
 
@@ -198,10 +211,9 @@ def closure(stmts: list[ast.stmt], names: set[str]) -> list[ast.stmt]:
             if i in kept:
                 continue
             star = isinstance(s, ast.ImportFrom) and any(a.name == "*" for a in s.names)
-            binds, uses = _binds_uses(s)
-            if star or binds & needed:
+            if star or _bound(s) & needed:
                 kept.add(i)
-                needed |= uses
+                needed |= _used(s)
                 changed = True
     return [s for i, s in enumerate(candidates) if i in kept]
 
@@ -218,7 +230,7 @@ def find_function(stmts: list[ast.stmt], name: str, params: tuple[str, ...],
                   taken: frozenset[str] = frozenset()) -> FunctionInfo:
     """Find ``name`` among the statements; ``taken`` names (other exercises' functions)
     are never suggested as a misspelling of it."""
-    binders = [s for s in stmts if name in _binds_uses(s)[0]]
+    binders = [s for s in stmts if name in _bound(s)]
     if not binders:
         defined = sorted({s.name for s in stmts if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
                          - set(taken))

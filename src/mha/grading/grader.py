@@ -16,7 +16,6 @@ or exception texts (those could carry data read from disk), nor reference code.
 from __future__ import annotations
 
 import ast
-import io
 import json
 import os
 import queue
@@ -27,18 +26,15 @@ import stat
 import tempfile
 import threading
 import time
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from mha.exercises import Exercise, Outcome, Verdict, select
 from mha.exercises._core import forbidden_uses
 
 from . import extract, sandbox
-from .plain import MalformedResult, encode, validate
+from .plain import MalformedResult, encode, pack, unpack, validate
 
 MAX_RESULT_BYTES = 32 << 20
 
@@ -162,12 +158,13 @@ def _prepare(jobdir: Path, stmts, to_run) -> None:
     (jobdir / "in").mkdir()
     names = {ex.function for _, ex, _ in to_run}
     (jobdir / "submission.py").write_text(extract.program(stmts, names), encoding="utf-8")
-    for i, ex, cases in to_run:
-        arrays: dict = {}
-        spec = {"cases": [[encode(a, arrays) for a in c.args] for c in cases],
-                "noncontiguous": [[int(k) for k in c.noncontiguous] for c in cases]}
-        (jobdir / "in" / f"{i}.json").write_text(json.dumps(spec))
-        np.savez(jobdir / "in" / f"{i}.npz", **arrays)
+    arrays: dict = {}  # every exercise's inputs in one pair of files
+    specs = {str(i): {"cases": [[encode(a, arrays) for a in c.args] for c in cases],
+                      "noncontiguous": [[int(k) for k in c.noncontiguous] for c in cases]}
+             for i, ex, cases in to_run}
+    index, data = pack(arrays)
+    (jobdir / "in" / "cases.json").write_text(json.dumps({"exercises": specs, "arrays": index}))
+    (jobdir / "in" / "cases.bin").write_bytes(data)
 
 
 def _safe_load_error(err: str) -> str:
@@ -208,20 +205,11 @@ def _read_json(path: Path):
         return None
 
 
-def _read_arrays(path: Path) -> dict:
+def _read_arrays(obj, path: Path) -> dict:
     data = _read_regular(path, MAX_RESULT_BYTES)
     if data is None:
         raise MalformedResult("no arrays file")
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            if sum(i.file_size for i in z.infolist()) > MAX_RESULT_BYTES:
-                raise MalformedResult("arrays too large")
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except MalformedResult:
-        raise
-    except Exception as e:  # zipfile/numpy errors on forged files
-        raise MalformedResult(f"unreadable arrays ({type(e).__name__})") from None
+    return unpack(obj.get("arrays") if isinstance(obj, dict) else None, data)
 
 
 def _outcomes(obj, arrays, n: int) -> list[Outcome]:
@@ -250,7 +238,8 @@ def _outcomes(obj, arrays, n: int) -> list[Outcome]:
 
 def _judge(ex: Exercise, cases, out: Path, i: int) -> ExerciseReport:
     try:
-        outcomes = _outcomes(_read_json(out / f"{i}.json"), _read_arrays(out / f"{i}.npz"), len(cases))
+        obj = _read_json(out / f"{i}.json")
+        outcomes = _outcomes(obj, _read_arrays(obj, out / f"{i}.bin"), len(cases))
     except MalformedResult as e:
         return _zero(ex, "unreadable", f"the result could not be read back ({e}); no points")
     if all(o.status == "not-attempted" for o in outcomes):

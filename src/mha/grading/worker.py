@@ -6,7 +6,7 @@ the preloading of step 5 once and nothing else; the forked child then goes throu
 same steps, from 1, as a fresh worker. Everything
 here is trusted only until the student's code is loaded; after that the process is
 assumed hostile, which is why it may only leave plain data behind (``out/<i>.json`` and
-``out/<i>.npz``) and why the grader, not this process, decides what any of it is worth.
+``out/<i>.bin``, raw array bytes indexed by the JSON) and why the grader, not this process, decides what any of it is worth.
 
 Order of events:
 1. read ``JOBDIR/config.json`` (written by the grader);
@@ -168,7 +168,6 @@ PRELOAD = ("ast", "builtins", "types", "json", "zipfile", "importlib.abc", "impo
 
 def preload(plain) -> None:
     import importlib
-    import io
 
     for name in PRELOAD:
         try:
@@ -181,12 +180,9 @@ def preload(plain) -> None:
 
     arrays: dict = {}
     tree = plain.encode((torch.ones(2, dtype=torch.float16) * 2, {"a": (1, 2.5)}, None, True), arrays)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    buf.seek(0)
-    with np.load(buf, allow_pickle=False) as npz:
-        loaded = {k: npz[k] for k in npz.files}
-    plain.noncontiguous(plain.decode_input(tree, loaded)[0])
+    index, data = plain.pack(arrays)
+    plain.noncontiguous(plain.decode_input(tree, plain.unpack(index, data))[0])
+    np.zeros(1).tobytes()
     torch.softmax(torch.ones(2, 2), dim=-1).masked_fill(torch.ones(2, 2, dtype=torch.bool), float("-inf"))
     json.dumps(json.loads("[1]"))
 
@@ -286,14 +282,16 @@ def run(jobdir: str, cfg, progress_fd: int, plain) -> None:
             exec(compile(ast.Module(body=[stmt], type_ignores=[]), "<submission>", "exec"), ns)
         except BaseException as e:  # noqa: BLE001 - student code may raise anything
             load_errors.append(f"line {stmt.lineno}: {type(e).__name__}: {str(e)[:200]}")
-    _write_json(os.path.join(out, "load.json"), {"errors": load_errors[:5]})
+    _write(os.path.join(out, "load.json"), json.dumps({"errors": load_errors[:5]}).encode())
 
+    with open(os.path.join(jobdir, "in", "cases.json"), encoding="utf-8") as f:
+        specs = json.load(f)
+    with open(os.path.join(jobdir, "in", "cases.bin"), "rb") as f:
+        arrays = plain.unpack(specs["arrays"], f.read())
     for job in cfg["run"]:
         i = job["index"]
         say(f"S {i}")
-        with open(os.path.join(jobdir, "in", f"{i}.json"), encoding="utf-8") as f:
-            spec = json.load(f)
-        arrays = dict(np.load(os.path.join(jobdir, "in", f"{i}.npz"), allow_pickle=False))
+        spec = specs["exercises"][str(i)]
         fn = ns.get(job["function"])
         results, out_arrays = [], {}
         if fn is None or not callable(fn):
@@ -315,15 +313,16 @@ def run(jobdir: str, cfg, progress_fd: int, plain) -> None:
                                     "bases": [c.__name__[:100] for c in type(e).__mro__][:12],
                                     "msg": str(e)[:300]})
             restore(saved)
-        np.savez(os.path.join(out, f"{i}.npz"), **out_arrays)
-        _write_json(os.path.join(out, f"{i}.json"), {"results": results})
+        index, data = plain.pack(out_arrays)
+        _write(os.path.join(out, f"{i}.bin"), data)
+        _write(os.path.join(out, f"{i}.json"), json.dumps({"results": results, "arrays": index}).encode())
         say(f"D {i}")
 
 
-def _write_json(path: str, obj) -> None:
+def _write(path: str, data: bytes) -> None:
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f)
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
 
 
