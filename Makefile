@@ -52,12 +52,12 @@ nbval: notebooks
 # their time limit are named at the end (tests/conftest.py), and the per-lesson execution
 # times are in _build/artifacts/execution-times.txt.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -n 2 --dist loadfile --durations=10
+	$(BIN)/python -m pytest tests -n 2 --dist loadfile --no-loadscope-reorder --durations=10
 
-# Everything but the tests that need the built website: a quick run while editing src/.
-SITE_TESTS := test_site test_browser test_executed_notebooks test_student_path
+# Everything but the tests that need the built website (tests/conftest.py marks them
+# "site"): a quick run while editing src/.
 test-lib: $(STAMP)
-	$(BIN)/python -m pytest tests -n 2 $(foreach t,$(SITE_TESTS),--ignore=tests/$(t).py)
+	$(BIN)/python -m pytest tests -n 2 -m "not site"
 
 # JupyterLab on the lessons: a lesson's .md opens as a notebook (jupytext) with a double
 # click, and `import mha` finds the package installed in .venv in editable mode.

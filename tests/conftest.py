@@ -1,9 +1,11 @@
-"""Shared fixtures: the built website, built once per test run.
+"""Shared fixtures: the built website, built once per test run, and the browser.
 
-The site tests and the browser tests live in separate modules and, under
-``pytest -n 2 --dist loadfile``, may run in different worker processes at the same time.
-A file lock makes the first worker build the site while the other waits; a marker file
-keyed on the run's id (pytest-xdist's ``testrun_uid``) lets the second reuse the build.
+The site build (``make site``, which executes every lesson) is the longest single step
+of the run, so it starts as soon as the tests are collected, in the background, while
+the library's tests run; the tests that need the site are ordered last. Under
+``pytest -n 2 --dist loadfile`` both workers collect: the first to take a file lock
+starts the build and holds the lock until it ends; a marker file keyed on the run's id
+(pytest-xdist's ``testrun_uid``) tells every test of the run that the build is done.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -35,9 +38,117 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+MARKER = BUILD / ".site-build.json"
+LOCK = BUILD / ".site-build.lock"
+LOG = BUILD / "site-build.log"
+
+
+def run_id(config) -> str:
+    """The test run's id: pytest-xdist's ``testrun_uid`` in a worker, one made up at start
+    in a run without workers."""
+    workerinput = getattr(config, "workerinput", None)
+    return workerinput["testrunuid"] if workerinput else config._mha_run
+
+
+def _start_build() -> subprocess.Popen:
+    """``make site``, writing its log. The caller holds the lock."""
+    # BIN: the environment running the tests also runs the build.
+    cmd = ["make", "--no-print-directory", "site", f"BIN={Path(sys.executable).parent}"]
+    with open(LOG, "w") as log:
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _finish_build(proc: subprocess.Popen, run: str) -> None:
+    """Wait for the build, then write the marker that says this run has built the site."""
+    MARKER.write_text(json.dumps({"run": run, "returncode": proc.wait()}))
+
+
+def _built_in(run: str):
+    info = json.loads(MARKER.read_text()) if MARKER.exists() else {}
+    return info if info.get("run") == run else None
+
+
+_background: dict = {}  # the build this process started: {"proc": ..., "thread": ...}
+
+
+def start_site_build(run: str) -> None:
+    """Start the site build in the background unless another process has (it holds the
+    lock) or this run has built it already. The lock is held until the build ends, so a
+    test that needs the site waits for it by taking the lock."""
+    BUILD.mkdir(exist_ok=True)
+    lock = open(LOCK, "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return
+    if _built_in(run):
+        lock.close()
+        return
+
+    try:
+        proc = _start_build()  # before this process lowers its priority: the build keeps the normal one
+    except BaseException:
+        lock.close()
+        raise
+
+    def finish():
+        try:
+            _finish_build(proc, run)
+        finally:
+            lock.close()
+
+    _background["proc"] = proc
+    _background["thread"] = threading.Thread(target=finish, name="site build", daemon=True)
+    _background["thread"].start()
+
+
+def uses_site(item) -> bool:
+    return "built_site" in item.fixturenames
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Tests that need the built site are marked ``site`` (``-m "not site"`` leaves them
+    out), and the files that hold them go last, in their order."""
+    for item in items:
+        if uses_site(item):
+            item.add_marker("site")
+    site_files = {item.path for item in items if uses_site(item)}
+    items.sort(key=lambda item: item.path in site_files)  # stable: the same order in every worker
+
+
+BUILD_FIRST_NICENESS = 10
+
+
+def pytest_collection_finish(session):
+    """Start the site build as soon as the tests that will run are known, so that the
+    library's tests run while it builds. The build is the longest step and every site test
+    waits for it, so the test processes then lower their own priority (the build, started
+    before, keeps the normal one): on 2 cores it gets a whole core, the tests the rest."""
+    config = session.config
+    if (any(uses_site(item) for item in session.items) and not config.option.collectonly
+            and not os.environ.get("MHA_BUILT_SITE")):
+        start_site_build(run_id(config))
+        os.nice(BUILD_FIRST_NICENESS)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A worker that started the build waits for it before it leaves: the other worker
+    may still need the site. On Ctrl-C the build is not waited for."""
+    thread = _background.get("thread")
+    if thread is None:
+        return
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        import signal
+
+        os.killpg(_background["proc"].pid, signal.SIGTERM)  # make, jupyter-book and the kernel
+    thread.join()
+
+
 @pytest.fixture(scope="session")
-def built_site(testrun_uid: str) -> Path:
-    """Run the build that `make book` runs (`make site`) once per run; return _build/html.
+def built_site(request) -> Path:
+    """The site that `make book` builds (`make site`), built once per run; _build/html.
 
     MHA_BUILT_SITE=DIR tests a site built before (DIR holds its HTML) instead of building:
     quick runs of the site and browser tests while working on them. CI never sets it.
@@ -48,22 +159,17 @@ def built_site(testrun_uid: str) -> Path:
         if not (html / "index.html").is_file():
             pytest.fail(f"MHA_BUILT_SITE={prebuilt} holds no built site (no index.html)")
         return html
+    run = run_id(request.config)
     BUILD.mkdir(exist_ok=True)
-    marker = BUILD / ".site-build.json"
-    log = BUILD / "site-build.log"
-    with open(BUILD / ".site-build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
-        info = json.loads(marker.read_text()) if marker.exists() else {}
-        if info.get("run") != testrun_uid:
-            # BIN: the environment running the tests also runs the build.
-            cmd = ["make", "--no-print-directory", "site", f"BIN={Path(sys.executable).parent}"]
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-            log.write_text(proc.stdout + proc.stderr)
-            info = {"run": testrun_uid, "returncode": proc.returncode}
-            marker.write_text(json.dumps(info))
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # waits for a build in progress; released on close
+        info = _built_in(run)
+        if info is None:  # no build started at collection (or it did not finish): build now
+            _finish_build(_start_build(), run)
+            info = _built_in(run)
     if info["returncode"] != 0:
-        tail = "\n".join(log.read_text().splitlines()[-60:])
-        pytest.fail(f"the site build (make site) failed; full log in {log}:\n{tail}")
+        tail = "\n".join(LOG.read_text().splitlines()[-60:])
+        pytest.fail(f"the site build (make site) failed; full log in {LOG}:\n{tail}")
     return HTML
 
 
@@ -99,5 +205,79 @@ def pytest_terminal_summary(terminalreporter, config):
 
 def pytest_configure(config):
     import time
+    import uuid
 
     config._mha_started = time.time()
+    config._mha_run = uuid.uuid4().hex
+
+
+# ----------------------------------------------------------------------------- the browser
+# Debian's headless chromium driven through playwright (tests/browsing.py): one browser per
+# test process, the built site served from 127.0.0.1.
+
+
+@pytest.fixture(scope="session")  # session: checked before the site is built
+def chromium_path():
+    import shutil
+
+    path = shutil.which("chromium")
+    if path is None:
+        message = "Debian's chromium is not installed (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; it is required in CI")
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    from playwright.sync_api import sync_playwright
+
+    from browsing import CHROMIUM_ARGS
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def site_url(built_site):
+    """Serve the built site on a free local port for the rest of the session."""
+    import functools
+    import http.server
+
+    class QuietHandler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(QuietHandler, directory=str(built_site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def tab(browser, site_url):
+    from browsing import Tab
+
+    tab = Tab(browser, site_url)
+    yield tab
+    tab.close()
+
+
+@pytest.fixture(scope="session")
+def axe_source() -> str:
+    """axe-core's engine, from the axe-playwright-python wheel (a dev dependency)."""
+    try:
+        from importlib.resources import files
+
+        return (files("axe_playwright_python") / "axe.min.js").read_text(encoding="utf-8")
+    except ModuleNotFoundError:
+        message = "axe-core is missing: pip install axe-playwright-python (a dev dependency)"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; it is required in CI")
+        pytest.skip(message)

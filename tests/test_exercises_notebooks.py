@@ -95,14 +95,30 @@ def exercise_part(nb):
     return part
 
 
+@pytest.fixture(scope="module")
+def kernel():
+    """One Jupyter kernel for every notebook of the module (starting one, with torch, takes
+    seconds); each notebook starts with its namespace emptied (``%reset -f``) in a folder
+    of its own, so nothing one notebook defined reaches the next."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel()
+    yield km
+    km.shutdown_kernel(now=True)
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_student_notebook_exercises_run_and_report_the_stubs(student, name, tmp_path):
+def test_student_notebook_exercises_run_and_report_the_stubs(student, name, tmp_path, kernel):
     """Every check cell reports 'not attempted' and the exercises run to the end on the
     lesson's imports alone (an exercise must not depend on the lesson's variables)."""
     from nbclient import NotebookClient
 
     nb = exercise_part(nbformat.read(student[name], as_version=4))
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    fresh = nbformat.v4.new_code_cell(f"%reset -f\nimport os\nos.chdir({str(tmp_path)!r})\ndel os")
+    nb.cells.insert(0, fresh)
+    NotebookClient(nb, km=kernel, timeout=120).execute()
+    nb.cells.remove(fresh)
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     n_checks = sum(c.source.startswith("check(") for c in nb.cells if c.cell_type == "code")
     assert n_checks >= (3 if name not in (FIXTURE.stem,) else 0)

@@ -1,7 +1,7 @@
 """mha.plotting.attention_explorer: the HTML contract, the JSON round trip, bad input.
 
 What the explorer does in a browser (slider, hover, keyboard, axe-core) is tested in
-tests/test_browser.py on a page written by the test.
+tests/test_explorer_browser.py on a page written by the test.
 """
 
 import json

@@ -147,6 +147,27 @@ def test_an_answer_that_views_its_input_loses_points_on_non_contiguous_inputs(gr
     assert any(c.hidden for c in failed)
 
 
+def test_every_hidden_draw_catches_a_view_of_a_non_contiguous_input():
+    """The answer above fails a hidden check whatever the seed (it once passed them all
+    when both non-contiguous draws had d = 1)."""
+    import torch
+
+    from mha.grading.plain import noncontiguous
+
+    ns = {"torch": torch}
+    exec(VIEWS, ns)
+    ex = EXERCISES["dims.merge_heads"]
+    for seed in range(200):
+        caught = False
+        for case in ex.hidden_cases(seed):
+            if case.noncontiguous:
+                try:
+                    ns["merge_heads"](noncontiguous(case.args[0]))
+                except RuntimeError:
+                    caught = True
+        assert caught, seed
+
+
 def test_lines_still_in_the_pipe_when_the_worker_exits_are_read(monkeypatch, tmp_path):
     """The watcher pauses after a select that timed out (until the worker has exited):
     the worker's last progress lines are then still in the pipe, and must count."""

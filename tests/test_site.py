@@ -7,6 +7,7 @@ These tests check what a reader gets: the HTML.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -40,7 +41,9 @@ LESSONS = [page for page in PAGES if page.startswith("lessons/")]
 BIB_KEYS = re.findall(r"^@\w+\{([^,\s]+),", (ROOT / "book/references.bib").read_text(), re.M)
 
 
+@functools.lru_cache(maxsize=None)
 def soup(html_dir: Path, page: str) -> BeautifulSoup:
+    """The parsed page, parsed once for all the tests that read it (none changes it)."""
     path = html_dir / f"{page}.html"
     assert path.is_file(), f"{page} is in _toc.yml but {path} was not built"
     return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")

@@ -89,8 +89,10 @@ def test_student_path_from_the_site_to_a_running_notebook(student_folder, fresh_
     assert "Traceback" not in proc.stderr, proc.stderr
 
     # 2. Install torch (CPU build), the offered wheel, and a kernel to run the notebook.
+    # --no-compile: pip would byte-compile torch's thousands of modules (13 s here), which
+    # Python does anyway for the few it imports.
     for args in (["torch==2.13.0"], [wheel.name, "ipykernel", "nbclient"]):
-        proc = run([py, "-m", "pip", "install", "--quiet", *args], cwd=student_folder)
+        proc = run([py, "-m", "pip", "install", "--quiet", "--no-compile", *args], cwd=student_folder)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     proc = run([py, "-c", "import mha, sys; print(mha.__file__)"], cwd=student_folder)
     assert proc.returncode == 0 and str(fresh_env) in proc.stdout, "mha must come from the fresh environment"

@@ -69,8 +69,10 @@ def _merge_public(g):
 
 
 def _merge_hidden(g):
-    # the statement promises non-contiguous inputs: two of the three arrive that way
-    return [Case((_randn(g, _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 6), _int(g, 1, 4)),), noncontiguous=nc)
+    # The statement promises non-contiguous inputs: two of the three arrive that way, with
+    # d >= 2 (with d = 1 a view that merges T and d works on any layout, and hides the bug).
+    return [Case((_randn(g, _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 6), _int(g, 2 if nc else 1, 4)),),
+                 noncontiguous=nc)
             for nc in ((), (0,), (0,))]
 
 

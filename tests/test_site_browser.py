@@ -1,0 +1,145 @@
+"""The built website in a real browser, as a whole: the home page, navigation, search,
+one search box, dark mode with legible figures, and every attention explorer on the
+site read back against its data in both colour modes. Each page on its own is checked
+in tests/test_site_pages.py. Screenshots go to _build/artifacts.
+
+Without Debian's chromium the tests are skipped, except in CI (the environment variable
+CI is set), where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from browsing import Tab, readout_of
+from conftest import ARTIFACTS
+from test_site import LESSONS
+from test_site import PAGES as TOC_PAGES
+
+HOME = "book/intro.html"  # index.html is a redirect to it
+ALL_PAGES = [f"{page}.html" for page in TOC_PAGES]
+
+
+def test_index_redirects_to_the_home_page(tab, site_url):
+    tab.page.goto(f"{site_url}/index.html")
+    tab.page.wait_for_url(f"**/{HOME}")
+    assert tab.errors == []
+
+
+def test_home_page_shows_typeset_maths(tab, site_url):
+    # The home page has a formula on purpose, so the maths check above is never vacuous.
+    tab.open(f"{site_url}/{HOME}")
+    assert tab.page.locator("main mjx-container").count() >= 1
+
+
+def test_next_previous_and_sidebar_navigation(tab, site_url):
+    first, second, last = LESSONS[0], LESSONS[1], LESSONS[-1]
+    tab.open(f"{site_url}/{first}.html")
+    tab.page.locator("a.right-next").click()
+    tab.page.wait_for_url(f"**/{second}.html")
+    tab.page.locator("a.left-prev").click()
+    tab.page.wait_for_url(f"**/{first}.html")
+    name = last.split("/")[-1]
+    tab.page.locator(f'nav.bd-docs-nav a[href$="{name}.html"]').first.click()
+    tab.page.wait_for_url(f"**/{last}.html")
+    tab.settle()
+    assert tab.errors == []
+
+
+def test_search_finds_the_lessons(tab, site_url):
+    tab.open(f"{site_url}/search.html?q=attention")
+    results = tab.page.locator("#search-results ul.search li")
+    results.first.wait_for(timeout=20_000)
+    links = results.locator("a").evaluate_all("links => links.map(a => a.href)")
+    assert any("/lessons/" in link for link in links), links
+    assert tab.errors == []
+
+
+def test_screenshot_of_the_first_lesson(tab, site_url):
+    tab.open(f"{site_url}/{LESSONS[0]}.html")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    target = ARTIFACTS / "lesson-01.png"
+    tab.page.screenshot(path=str(target))
+    assert target.stat().st_size > 10_000
+
+
+def visible_search_boxes(page) -> int:
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll(
+                '.search-button-field, form.bd-search, input[type="search"]'))
+            .filter(el => !el.closest('.search-button__wrapper'))  // the Ctrl+K dialog
+            .filter(el => el.checkVisibility() && el.getBoundingClientRect().width > 0)
+            .length"""
+    )
+
+
+@pytest.mark.parametrize("path", [HOME, f"{LESSONS[0]}.html"])
+def test_one_search_box_at_desktop_width(tab, site_url, path):
+    tab.open(f"{site_url}/{path}")
+    assert visible_search_boxes(tab.page) == 1
+
+
+def test_dark_mode_follows_the_system_and_figures_stay_legible(browser, site_url):
+    """A reader whose system is dark gets the dark theme; figures sit on a white panel."""
+    tab = Tab(browser, site_url, dark=True)
+    try:
+        for lesson in LESSONS:
+            tab.open(f"{site_url}/{lesson}.html")
+            if tab.page.locator("main .cell_output img").count():
+                break
+        else:
+            pytest.skip("no lesson shows a figure")
+        assert tab.page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+        figures = tab.page.locator("main .cell_output img").evaluate_all(
+            """imgs => imgs.map(img => { const s = getComputedStyle(img);
+                return [s.backgroundColor, s.filter]; })"""
+        )
+        page_background = tab.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        assert page_background != "rgb(255, 255, 255)", "the page did not turn dark"
+        assert all(figure == ["rgb(255, 255, 255)", "none"] for figure in figures), figures
+        figure = tab.page.locator("main .cell_output img").first
+        figure.scroll_into_view_if_needed()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        tab.page.screenshot(path=str(ARTIFACTS / "figure-dark.png"))
+        assert tab.errors == []
+    finally:
+        tab.close()
+
+
+def pages_with_explorers(html_dir) -> list[str]:
+    return [
+        path for path in ALL_PAGES
+        if 'class="attention-explorer"' in (html_dir / path).read_text(encoding="utf-8")
+    ]
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+def test_explorers_on_the_site_read_back_their_weights(browser, site_url, built_site, dark):
+    """Every explorer on every page: the last head, a corner cell, read-out vs its JSON."""
+    import json
+
+    paths = pages_with_explorers(built_site)
+    if not paths:
+        pytest.skip("no page shows an attention explorer yet")
+    tab = Tab(browser, site_url, dark=dark)
+    try:
+        for path in paths:
+            tab.open(f"{site_url}/{path}")
+            explorers = tab.page.locator(".attention-explorer")
+            for k in range(explorers.count()):
+                explorer = explorers.nth(k)
+                data = json.loads(explorer.locator('script[type="application/json"]').text_content())
+                titles = json.loads(explorer.get_attribute("data-titles"))
+                h, i, j = len(data["heads"]) - 1, len(data["heads"][0]) - 1, 0
+                if h > 0:
+                    explorer.locator('input[type="range"]').fill(str(h))
+                queries = data.get("query_tokens", data["tokens"])
+                want = f"{titles[h]}: {queries[i]} -> {data['tokens'][j]} = {data['heads'][h][i][j]:.4f}"
+                assert readout_of(explorer, i, j) == want, f"{path}, explorer {k}"
+                if path == paths[0] and k == 0:
+                    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+                    mode = "dark" if dark else "light"
+                    explorer.screenshot(path=str(ARTIFACTS / f"site-explorer-{mode}.png"))
+            assert tab.errors == [], f"{path}: JavaScript errors: {tab.errors}"
+    finally:
+        tab.close()
