@@ -47,8 +47,10 @@ nbval: notebooks
 	$(BIN)/python -m pytest $(NBDIR) --nbval-lax -n 2 -p no:cacheprovider
 
 # Library, grader, site and browser tests, and the student's path from the website. The
-# site build (tests/conftest.py) executes every lesson once; tests/test_executed_notebooks.py
-# checks the notebooks of that execution. --durations lists the slowest tests; lessons over
+# site build (tests/conftest.py) executes every lesson once, starting at collection while
+# the library's tests run; the tests are shared out by file, in file order
+# (--no-loadscope-reorder; tests/conftest.py puts the site's tests last), and
+# tests/test_executed_notebooks.py checks the notebooks of that execution. --durations lists the slowest tests; lessons over
 # their time limit are named at the end (tests/conftest.py), and the per-lesson execution
 # times are in _build/artifacts/execution-times.txt.
 test: $(STAMP)

@@ -69,12 +69,14 @@ AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 # Colour contrast is axe's slow rule: it works out the background behind every element
 # with text (about 1 ms each), and a lesson's highlighted code holds thousands of token
 # spans, which carry nothing but a colour. So before axe runs, the spans of the code keep
-# one of each kind (colour, font, opacity, shadow and the background behind them; one with
-# a letter or digit, as axe skips punctuation) and the others become plain text of their
-# line: every rule still sees every kind of token,
-# every pairing of a token colour with a code background is checked, and a lesson checks
-# in about a fifth of the time.
+# one of each kind and the others become plain text of their line. A kind is what the
+# contrast depends on (colour, font, opacity, shadow and the background behind), in light
+# and in dark colours, and its sample has a letter or digit in it where the kind has one
+# (axe skips punctuation). Every rule still sees every kind of token, every pairing of a
+# token colour with a code background is checked in both modes, and a lesson checks in a
+# fifth of the time.
 COLLAPSE_CODE_TOKENS = r"""() => {
+    const root = document.documentElement, mode = root.dataset.theme;
     const behind = el => {
         for (; el; el = el.parentElement) {
             const bg = getComputedStyle(el).backgroundColor;
@@ -82,18 +84,24 @@ COLLAPSE_CODE_TOKENS = r"""() => {
         }
         return "none";
     };
-    // axe skips text that is only punctuation or spaces: the sample of a kind is a token
-    // with a letter or digit in it wherever the kind has one.
-    const checked = span => /[\p{L}\p{N}]/u.test(span.textContent);
-    const sample = new Map(), spans = [];
-    for (const span of document.querySelectorAll(".highlight pre span")) {
-        if (span.children.length) continue;
-        const s = getComputedStyle(span);
-        const key = [s.color, s.fontSize, s.fontWeight, s.fontStyle, s.opacity, s.textShadow,
-                     s.backgroundColor, behind(span.parentElement)].join("|");
-        spans.push(span);
-        if (!sample.has(key) || (!checked(sample.get(key)) && checked(span))) sample.set(key, span);
+    const spans = Array.from(document.querySelectorAll(".highlight pre span"))
+        .filter(span => !span.children.length);
+    const keys = spans.map(() => "");
+    for (const theme of ["light", "dark"]) {
+        root.dataset.theme = theme;  // what the theme itself does when the mode changes
+        spans.forEach((span, k) => {
+            const s = getComputedStyle(span);
+            keys[k] += [s.color, s.fontSize, s.fontWeight, s.fontStyle, s.opacity, s.textShadow,
+                        s.backgroundColor, behind(span.parentElement)].join("|") + "/";
+        });
     }
+    root.dataset.theme = mode;
+    const checked = span => /[\p{L}\p{N}]/u.test(span.textContent);
+    const sample = new Map();
+    spans.forEach((span, k) => {
+        const had = sample.get(keys[k]);
+        if (!had || (!checked(had) && checked(span))) sample.set(keys[k], span);
+    });
     const keep = new Set(sample.values());
     const merged = spans.filter(span => !keep.has(span));
     for (const span of merged) span.replaceWith(span.textContent);  // after reading every style
@@ -102,8 +110,9 @@ COLLAPSE_CODE_TOKENS = r"""() => {
 
 
 def axe_problems(page, axe_source: str, impacts=("serious", "critical")) -> list[str]:
-    """axe-core's WCAG 2 A/AA violations of the given impacts on the open page, one line
-    each (after COLLAPSE_CODE_TOKENS, which changes the page's code blocks)."""
+    """axe-core's WCAG 2 A/AA violations of the given impacts on the open page, in its
+    current colours, one line each (after COLLAPSE_CODE_TOKENS, which changes the page's
+    code blocks: run it after the page's other checks)."""
     if not page.evaluate("() => typeof window.axe !== 'undefined'"):
         page.add_script_tag(content=axe_source)
     page.evaluate(COLLAPSE_CODE_TOKENS)

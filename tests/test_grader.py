@@ -168,6 +168,27 @@ def test_every_hidden_draw_catches_a_view_of_a_non_contiguous_input():
         assert caught, seed
 
 
+def test_a_failure_of_the_grader_itself_is_retried_and_never_stops_the_batch(monkeypatch, tmp_path):
+    from mha.grading import grader
+
+    calls = []
+    real = grader.grade_submission
+
+    def flaky(path, *args, **kwargs):
+        calls.append(Path(path).name)
+        if Path(path).name == "bad.py" or calls.count("good.py") == 1:
+            raise SystemError("AST constructor recursion depth mismatch")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(grader, "grade_submission", flaky)
+    (tmp_path / "good.py").write_text("def mha_params(embed_dim, num_heads, bias):\n    return 0\n")
+    (tmp_path / "bad.py").write_text("x = 1\n")
+    good, bad = grade_many([tmp_path / "good.py", tmp_path / "bad.py"], [get("params.mha_params")], jobs=1)
+    assert calls.count("good.py") == 2 and good.exercises[0].status == "graded"
+    assert calls.count("bad.py") == 2 and bad.score == 0 and bad.exercises[0].status == "crashed"
+    assert "the grader failed on this submission (SystemError)" in bad.notes[0]
+
+
 def test_lines_still_in_the_pipe_when_the_worker_exits_are_read(monkeypatch, tmp_path):
     """The watcher pauses after a select that timed out (until the worker has exited):
     the worker's last progress lines are then still in the pipe, and must count."""

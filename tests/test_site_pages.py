@@ -1,7 +1,11 @@
-"""Every page of the built website in a real browser, light colours: it loads without
-JavaScript errors or requests to the internet, its maths is typeset, its images load, it
-does not scroll sideways on a phone, and axe-core (WCAG 2 A/AA) finds no serious
-problem. Each page is opened once for all of these. Dark colours: tests/test_site_dark.py.
+"""Every page of the built website in a real browser: it loads without JavaScript errors
+or requests to the internet, its maths is typeset, its images load, it does not scroll
+sideways on a phone, it turns dark when the reader's system asks for dark colours, and
+axe-core (WCAG 2 A/AA) finds no serious problem in either colour mode. Each page is
+opened once for all of these, in the order written here.
+
+Every other page is checked here; the rest by the same tests in tests/test_site_pages_2.py,
+so that under ``make test`` (``--dist loadfile``) the two workers share the pages.
 """
 
 from __future__ import annotations
@@ -13,16 +17,22 @@ from test_site import PAGES as TOC_PAGES
 
 ALL_PAGES = [f"{page}.html" for page in TOC_PAGES]
 PHONE = 390
+HERE = ALL_PAGES[0::2]  # the other half: tests/test_site_pages_2.py
 
 
-@pytest.fixture(scope="module", params=ALL_PAGES)
-def page(request, browser, site_url):
-    """One page, opened once for every test of this module (pytest runs them together)."""
+def opened(request, browser, site_url):
+    """The page ``request.param``, opened once for every test of its module (pytest runs
+    them together)."""
     tab = Tab(browser, site_url)
     tab.path = request.param
     tab.open(f"{site_url}/{request.param}")
     yield tab
     tab.close()
+
+
+@pytest.fixture(scope="module", params=HERE)
+def page(request, browser, site_url):
+    yield from opened(request, browser, site_url)
 
 
 def test_page_loads_without_javascript_errors(page):
@@ -67,9 +77,34 @@ def test_no_page_scrolls_sideways_on_a_phone(page):
     assert page.errors == []
 
 
-def test_axe_finds_no_serious_accessibility_problem(page, axe_source):
-    problems = axe_problems(page.page, axe_source)  # last: it merges code tokens (see browsing.py)
-    assert problems == [], f"{page.path}: axe-core (WCAG 2 A/AA): " + "\n".join(problems)
+def colours(page, scheme: str) -> None:
+    """Switch the reader's system to light or dark colours; the page follows (the theme's
+    own "auto" mode), without a reload."""
+    page.page.emulate_media(color_scheme=scheme)
+    page.page.wait_for_function("s => document.documentElement.dataset.theme === s", arg=scheme)
+    # The theme fades some colours (the search button's, for one): let the fades end.
+    page.page.evaluate("() => Promise.all(document.getAnimations().map(a => a.finished))")
+
+
+def axe_finds_nothing_serious(page, axe_source, scheme: str) -> None:
+    colours(page, scheme)
+    problems = axe_problems(page.page, axe_source)
+    assert problems == [], f"{page.path}: axe-core (WCAG 2 A/AA), {scheme} colours: " + "\n".join(problems)
+
+
+def test_page_turns_dark_with_the_system(page):
+    colours(page, "dark")  # and stays dark for the next check
+    background = page.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    assert background != "rgb(255, 255, 255)", f"{page.path}: the page did not turn dark"
+    assert page.errors == [], f"{page.path}: JavaScript errors in dark colours: {page.errors}"
+
+
+def test_axe_finds_no_serious_accessibility_problem_in_dark_colours(page, axe_source):
+    axe_finds_nothing_serious(page, axe_source, "dark")
+
+
+def test_axe_finds_no_serious_accessibility_problem_in_light_colours(page, axe_source):
+    axe_finds_nothing_serious(page, axe_source, "light")
 
 
 @pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
@@ -92,3 +127,12 @@ def test_axe_still_sees_a_code_token_of_poor_contrast(browser, site_url, axe_sou
         assert any("color-contrast" in p for p in problems), (cls, problems)
     finally:
         tab.close()
+
+
+# The per-page checks, in the order they run on a page: the light ones, then dark, and the
+# axe checks last (axe merges code tokens, and its stylesheet loader asks for a file the
+# site does not have, which the browser reports as an error).
+CHECKS = [test_page_loads_without_javascript_errors, test_maths_is_typeset, test_every_image_loads,
+          test_no_page_scrolls_sideways_on_a_phone, test_page_turns_dark_with_the_system,
+          test_axe_finds_no_serious_accessibility_problem_in_dark_colours,
+          test_axe_finds_no_serious_accessibility_problem_in_light_colours]

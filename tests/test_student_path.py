@@ -5,14 +5,14 @@ downloaded student notebook headlessly.
 The website offers, next to each lesson's student notebook, the `mha` wheel that `make book`
 builds, and the page "How to use this course" gives the command that installs it. Here the
 CPU build of torch comes from `pip install torch==2.13.0` (what this machine's package index
-serves) instead of the extra index the page names for students elsewhere.
+serves) instead of the extra index the page names for students elsewhere, and goes into the
+fresh environment while the site builds (tests/conftest.py), as it needs nothing of the site.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -20,7 +20,7 @@ import nbformat
 import pytest
 from bs4 import BeautifulSoup
 
-from conftest import ARTIFACTS
+from conftest import ARTIFACTS, make_student_env, prepared_student_env, run_id
 
 LESSON = "04-parameter-counts"  # a short lesson with three exercises
 RUNNER = """\
@@ -59,11 +59,15 @@ def student_folder(built_site, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fresh_env(student_folder) -> Path:
-    """A new virtual environment with nothing of the project's in it."""
-    env = student_folder / "env"
-    proc = run([sys.executable, "-m", "venv", env])
-    assert proc.returncode == 0, proc.stderr
+def fresh_env(request, student_folder) -> Path:
+    """A new virtual environment with nothing of the project's in it but torch (the CPU
+    build): made during the site build when that started with the run (conftest.py),
+    else now."""
+    env = prepared_student_env(run_id(request.config))
+    if env is None:
+        env = student_folder / "env"
+        problem = make_student_env(env)
+        assert not problem, problem
     return env
 
 
@@ -88,12 +92,11 @@ def test_student_path_from_the_site_to_a_running_notebook(student_folder, fresh_
     assert f"python -m pip install {wheel.name} jupyterlab" in proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
 
-    # 2. Install torch (CPU build), the offered wheel, and a kernel to run the notebook.
-    # --no-compile: pip would byte-compile torch's thousands of modules (13 s here), which
-    # Python does anyway for the few it imports.
-    for args in (["torch==2.13.0"], [wheel.name, "ipykernel", "nbclient"]):
-        proc = run([py, "-m", "pip", "install", "--quiet", "--no-compile", *args], cwd=student_folder)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # 2. Install the offered wheel (torch, the CPU build, is in: see fresh_env), and a
+    # kernel to run the notebook.
+    proc = run([py, "-m", "pip", "install", "--quiet", "--no-compile", wheel.name, "ipykernel", "nbclient"],
+               cwd=student_folder)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     proc = run([py, "-c", "import mha, sys; print(mha.__file__)"], cwd=student_folder)
     assert proc.returncode == 0 and str(fresh_env) in proc.stdout, "mha must come from the fresh environment"
 

@@ -13,6 +13,7 @@ import ast
 import difflib
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,13 +116,21 @@ def markdown_cells(text: str) -> list[str]:
 _MAGIC = re.compile(r"^\s*[%!]")
 
 
+# ast.parse is not thread-safe in CPython 3.11 (its AST constructor keeps one recursion
+# counter per interpreter: two threads parsing at once can fail with "SystemError: AST
+# constructor recursion depth mismatch", CPython gh-106905), and the grader parses in one
+# thread per job: one parse at a time.
+_PARSE_LOCK = threading.Lock()
+
+
 def parse_cells(cells: list[str]) -> tuple[list[ast.stmt], list[str]]:
     """Top-level statements of every cell that parses, and a note per cell that does not."""
     stmts, notes = [], []
     for n, cell in enumerate(cells, 1):
         src = "\n".join("pass" if _MAGIC.match(line) else line for line in cell.splitlines())
         try:
-            tree = ast.parse(src)
+            with _PARSE_LOCK:
+                tree = ast.parse(src)
         except SyntaxError as e:
             notes.append(f"code cell {n} has a syntax error (line {e.lineno}: {e.msg}); it was skipped")
             continue

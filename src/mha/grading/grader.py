@@ -265,6 +265,22 @@ def _judge(ex: Exercise, cases, out: Path, i: int) -> ExerciseReport:
 
 # ----------------------------------------------------------------------------- many submissions
 
+def _grade_or_report(path, exercises, **kwargs) -> SubmissionReport:
+    """``grade_submission``, tried a second time if the grader itself fails; a second
+    failure gives a report that says so, and the batch goes on."""
+    for attempt in (1, 2):
+        try:
+            return grade_submission(path, exercises, **kwargs)
+        except Exception as e:  # a bug of the grader's, not the submission's
+            error = type(e).__name__
+    report = SubmissionReport(extract.student_name(Path(path)), str(path),
+                              max_score=float(sum(e.points for e in exercises)))
+    message = f"the grader failed on this submission ({error}); grade it again"
+    report.notes.append(message)
+    report.exercises = [_zero(ex, "crashed", message) for ex in exercises]
+    return report
+
+
 def expand(paths) -> list[Path]:
     """Submissions from the command line: files as given; a folder holding notebooks is one
     submission per notebook unless it is a student folder of several lessons (use --by-folder)."""
@@ -295,7 +311,7 @@ def grade_many(paths, exercises=None, *, limits=None, jobs: int = 2, seed: int |
     def one(path):
         slot = slots.get()
         try:
-            r = grade_submission(path, exercises, limits=limits, seed=seed, tmp_root=tmp_root, slot=slot)
+            r = _grade_or_report(path, exercises, limits=limits, seed=seed, tmp_root=tmp_root, slot=slot)
         finally:
             slots.put(slot)
         with lock:
