@@ -105,26 +105,26 @@ def start_site_build(run: str) -> None:
 
 
 # The student's path (tests/test_student_path.py) needs a fresh virtual environment with
-# torch in it, which takes 15 s and needs nothing of the site: it is made beside the
-# build, under the same kind of lock and marker.
+# torch and a notebook runner in it, which takes 20 s and needs nothing of the site: it is
+# made beside the build, under the same kind of lock and marker.
 STUDENT_ENV = BUILD / "student-env"
 STUDENT_ENV_LOCK = BUILD / ".student-env.lock"
 STUDENT_ENV_MARKER = BUILD / ".student-env.json"
-TORCH = "torch==2.13.0"
+STUDENT_ENV_PACKAGES = ["torch==2.13.0", "ipykernel", "nbclient"]
 
 
 def make_student_env(env: Path) -> str:
-    """A new virtual environment at ``env`` with the CPU build of torch; "" or what failed.
-    --no-compile: pip would byte-compile torch's thousands of modules (13 s here), which
-    Python does anyway for the few it imports."""
+    """A new virtual environment at ``env`` with the CPU build of torch and what runs a
+    notebook headlessly; "" or what failed. --no-compile: pip would byte-compile torch's
+    thousands of modules (13 s here), which Python does anyway for the few it imports."""
     import shutil
 
     shutil.rmtree(env, ignore_errors=True)
     for cmd in ([sys.executable, "-m", "venv", str(env)],
-                [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile", TORCH]):
+                [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile", *STUDENT_ENV_PACKAGES]):
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            return f"{' '.join(cmd[-3:])} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            return f"{' '.join(cmd[:5])} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     return ""
 
 

@@ -60,9 +60,9 @@ def student_folder(built_site, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def fresh_env(request, student_folder) -> Path:
-    """A new virtual environment with nothing of the project's in it but torch (the CPU
-    build): made during the site build when that started with the run (conftest.py),
-    else now."""
+    """A new virtual environment with nothing of the project's in it, but torch (the CPU
+    build), ipykernel and nbclient: made during the site build when that started with the
+    run (conftest.py), else now."""
     env = prepared_student_env(run_id(request.config))
     if env is None:
         env = student_folder / "env"
@@ -92,10 +92,9 @@ def test_student_path_from_the_site_to_a_running_notebook(student_folder, fresh_
     assert f"python -m pip install {wheel.name} jupyterlab" in proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
 
-    # 2. Install the offered wheel (torch, the CPU build, is in: see fresh_env), and a
-    # kernel to run the notebook.
-    proc = run([py, "-m", "pip", "install", "--quiet", "--no-compile", wheel.name, "ipykernel", "nbclient"],
-               cwd=student_folder)
+    # 2. Install the offered wheel (torch, the CPU build, and a notebook runner are in:
+    # see fresh_env).
+    proc = run([py, "-m", "pip", "install", "--quiet", "--no-compile", wheel.name], cwd=student_folder)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     proc = run([py, "-c", "import mha, sys; print(mha.__file__)"], cwd=student_folder)
     assert proc.returncode == 0 and str(fresh_env) in proc.stdout, "mha must come from the fresh environment"
