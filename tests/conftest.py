@@ -186,14 +186,9 @@ def pytest_collection_finish(session):
 
 
 def lower_priority(niceness: int) -> None:
-    """This process's niceness, and its session's where the kernel groups processes by
-    session (autogroup: there a niceness counts only against processes of the same
-    session, and the build's kernel runs in a session of its own)."""
+    """This process's niceness (its own, gone when it ends). Not its session's autogroup
+    niceness, which the kernel would keep for the reader's terminal after the run."""
     os.nice(niceness)
-    try:
-        Path("/proc/self/autogroup").write_text(f"{niceness}\n")
-    except OSError:
-        pass  # no autogroup here, or not allowed: the niceness above still applies
 
 
 def pytest_sessionfinish(session, exitstatus):
