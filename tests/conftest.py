@@ -163,10 +163,11 @@ def uses_site(item) -> bool:
 def pytest_collection_modifyitems(session, config, items):
     """Tests that need the built site are marked ``site`` (``-m "not site"`` leaves them
     out), and the files that hold them go last, in their order."""
+    site_files = set()
     for item in items:
         if uses_site(item):
             item.add_marker("site")
-    site_files = {item.path for item in items if uses_site(item)}
+            site_files.add(item.path)
     items.sort(key=lambda item: item.path in site_files)  # stable: the same order in every worker
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+import test_site_pages as first
 from test_site_pages import ALL_PAGES, CHECKS, opened
 
 HERE = ALL_PAGES[1::2]
@@ -17,3 +18,10 @@ def page(request, browser, site_url):
 
 for _check in CHECKS:  # collected in this order, as in tests/test_site_pages.py
     globals()[_check.__name__] = _check
+
+
+def test_the_two_files_check_every_page_once_with_every_check():
+    assert sorted(first.HERE + HERE) == sorted(ALL_PAGES) and not set(first.HERE) & set(HERE)
+    assert all(globals()[check.__name__] is check for check in CHECKS)
+    assert {f.__name__ for f in CHECKS} == {n for n in vars(first) if n.startswith("test_")} - {
+        "test_axe_still_sees_a_code_token_of_poor_contrast"}

@@ -189,22 +189,23 @@ def _uses(stmt: ast.stmt) -> set[str]:
     return loads
 
 
-def _bound(stmt: ast.stmt) -> set[str]:
-    """``_binds`` of a statement, kept on the node (a submission's statements are searched
-    once per exercise)."""
-    cached = getattr(stmt, "_mha_binds", None)
+def _memo(stmt: ast.stmt, compute) -> set[str]:
+    """``compute(stmt)``, kept on the node: a submission's statements are searched once
+    per exercise."""
+    key = f"_mha_{compute.__name__}"
+    cached = getattr(stmt, key, None)
     if cached is None:
-        cached = stmt._mha_binds = _binds(stmt)
+        cached = compute(stmt)
+        setattr(stmt, key, cached)
     return cached
+
+
+def _bound(stmt: ast.stmt) -> set[str]:
+    return _memo(stmt, _binds)
 
 
 def _used(stmt: ast.stmt) -> set[str]:
-    """``_uses`` of a statement, kept on the node; computed only for statements a closure
-    keeps."""
-    cached = getattr(stmt, "_mha_uses", None)
-    if cached is None:
-        cached = stmt._mha_uses = _uses(stmt)
-    return cached
+    return _memo(stmt, _uses)  # only for the statements a closure keeps
 
 
 def closure(stmts: list[ast.stmt], names: set[str]) -> list[ast.stmt]:

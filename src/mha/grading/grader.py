@@ -268,7 +268,7 @@ def _judge(ex: Exercise, cases, out: Path, i: int) -> ExerciseReport:
 def _grade_or_report(path, exercises, **kwargs) -> SubmissionReport:
     """``grade_submission``, tried a second time if the grader itself fails; a second
     failure gives a report that says so, and the batch goes on."""
-    for attempt in (1, 2):
+    for _ in range(2):
         try:
             return grade_submission(path, exercises, **kwargs)
         except Exception as e:  # a bug of the grader's, not the submission's

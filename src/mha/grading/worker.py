@@ -182,7 +182,6 @@ def preload(plain) -> None:
     tree = plain.encode((torch.ones(2, dtype=torch.float16) * 2, {"a": (1, 2.5)}, None, True), arrays)
     index, data = plain.pack(arrays)
     plain.noncontiguous(plain.decode_input(tree, plain.unpack(index, data))[0])
-    np.zeros(1).tobytes()
     torch.softmax(torch.ones(2, 2), dim=-1).masked_fill(torch.ones(2, 2, dtype=torch.bool), float("-inf"))
     json.dumps(json.loads("[1]"))
 
