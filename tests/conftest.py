@@ -313,8 +313,13 @@ def site_url(built_site):
             print(f"site server: {code} for {self.path}", file=sys.stderr)
             super().send_error(code, *args, **kwargs)
 
+    class Server(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            if not isinstance(sys.exc_info()[1], ConnectionError):  # a tab closed mid-transfer
+                super().handle_error(request, client_address)
+
     handler = functools.partial(QuietHandler, directory=str(built_site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
