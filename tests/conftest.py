@@ -159,16 +159,33 @@ def uses_site(item) -> bool:
     return "built_site" in item.fixturenames
 
 
+# The longest files first (seconds alone, roughly), the others after them in file order;
+# the files that need the site after all others, as they wait for the build. Both workers
+# should run out of work together: a long file taken last keeps one worker busy while the
+# other has nothing left to do.
+LONGEST_FIRST = ["test_the_tests.py",  # 60
+                 "test_grader.py", "test_exercises_notebooks.py", "test_grader_speed.py"]  # 15-20
+SITE_FILES_LONGEST_FIRST = ["test_site_pages.py", "test_site_pages_2.py",  # 50-60 each
+                            "test_site_browser.py", "test_student_path.py",  # 15-25
+                            "test_executed_notebooks.py", "test_site.py"]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
     """Tests that need the built site are marked ``site`` (``-m "not site"`` leaves them
-    out), and the files that hold them go last, in their order."""
+    out). Files are ordered as LONGEST_FIRST and SITE_FILES_LONGEST_FIRST say."""
     site_files = set()
     for item in items:
         if uses_site(item):
             item.add_marker("site")
             site_files.add(item.path)
-    items.sort(key=lambda item: item.path in site_files)  # stable: the same order in every worker
+
+    def rank(item):
+        order = SITE_FILES_LONGEST_FIRST if item.path in site_files else LONGEST_FIRST
+        name = item.path.name
+        return item.path in site_files, order.index(name) if name in order else len(order)
+
+    items.sort(key=rank)  # stable: the same order in every worker
 
 
 BUILD_FIRST_NICENESS = 10

@@ -5,11 +5,12 @@ does not execute the lessons a second time."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, ROOT
 from test_site import PAGES
 
 EXECUTED = [page for page in PAGES if page.startswith(("lessons/", "book/"))]
@@ -18,6 +19,29 @@ EXECUTED = [page for page in PAGES if page.startswith(("lessons/", "book/"))]
 def executed_notebook(page: str):
     path = BUILD / "jupyter_execute" / f"{page}.ipynb"
     return nbformat.read(path, as_version=4) if path.is_file() else None
+
+
+def test_this_build_executed_every_lesson(built_site, request):
+    """MyST-NB takes the outputs from a jupyter-cache (book/_ext/parallel_execution.py):
+    every lesson's entry there must come from this run's build, which empties the cache
+    before it executes the lessons, never from an earlier one."""
+    import datetime
+    import os
+
+    from jupyter_cache import get_cache
+
+    if os.environ.get("MHA_BUILT_SITE"):
+        pytest.skip("MHA_BUILT_SITE: a site built before this run")
+    started = datetime.datetime.fromtimestamp(request.config._mha_started, datetime.timezone.utc)
+    records = {Path(r.uri).resolve(): r for r in get_cache(BUILD / ".jupyter_cache").list_cache_records()}
+    for page in EXECUTED:
+        record = records.get((ROOT / f"{page}.md").resolve())
+        if page.startswith("lessons/"):
+            assert record is not None, f"{page}: not executed into the cache"
+        if record is not None:
+            created = record.created.replace(tzinfo=datetime.timezone.utc)  # stored as naive UTC
+            assert created >= started, f"{page}: cached at {created}, before this run began at {started}"
+            assert record.data["execution_seconds"] > 0
 
 
 @pytest.mark.parametrize("page", EXECUTED)

@@ -1,8 +1,9 @@
 """Every page of the built website in a real browser: it loads without JavaScript errors
 or requests to the internet, its maths is typeset, its images load, it does not scroll
-sideways on a phone, it turns dark when the reader's system asks for dark colours, and
-axe-core (WCAG 2 A/AA) finds no serious problem in either colour mode. Each page is
-opened once for all of these, in the order written here.
+sideways on a phone, every attention explorer on it reads back its own weights, it turns
+dark when the reader's system asks for dark colours, and axe-core (WCAG 2 A/AA) finds no
+serious problem in either colour mode. Each page is opened once for all of these, in the
+order of CHECKS below.
 
 Every other page is checked here; the rest by the same tests in tests/test_site_pages_2.py,
 so that under ``make test`` (``--dist loadfile``) the two workers share the pages.
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from browsing import Tab, axe_problems
+from browsing import Tab, axe_problems, readout_of
+from conftest import ARTIFACTS
 from test_site import PAGES as TOC_PAGES
 
 ALL_PAGES = [f"{page}.html" for page in TOC_PAGES]
@@ -77,6 +79,37 @@ def test_no_page_scrolls_sideways_on_a_phone(page):
     assert page.errors == []
 
 
+SCREENSHOT_EXPLORER_ON = "lessons/01-one-head.html"  # its first explorer goes to _build/artifacts
+
+
+def explorers_read_back(page, mode: str) -> None:
+    """Each explorer on the page, in its last head: a corner cell's read-out against its data."""
+    import json
+
+    explorers = page.page.locator(".attention-explorer")
+    assert explorers.count() or page.path != SCREENSHOT_EXPLORER_ON, f"{page.path} lost its explorer"
+    if explorers.count() == 0:
+        pytest.skip("no attention explorer on this page")
+    for k in range(explorers.count()):
+        explorer = explorers.nth(k)
+        data = json.loads(explorer.locator('script[type="application/json"]').text_content())
+        titles = json.loads(explorer.get_attribute("data-titles"))
+        h, i, j = len(data["heads"]) - 1, len(data["heads"][0]) - 1, 0
+        if h > 0:
+            explorer.locator('input[type="range"]').fill(str(h))
+        queries = data.get("query_tokens", data["tokens"])
+        want = f"{titles[h]}: {queries[i]} -> {data['tokens'][j]} = {data['heads'][h][i][j]:.4f}"
+        assert readout_of(explorer, i, j) == want, f"{page.path}, explorer {k}, {mode} colours"
+        if page.path == SCREENSHOT_EXPLORER_ON and k == 0:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            explorer.screenshot(path=str(ARTIFACTS / f"site-explorer-{mode}.png"))
+    assert page.errors == [], f"{page.path}: JavaScript errors: {page.errors}"
+
+
+def test_explorers_read_back_their_weights_in_light_colours(page):
+    explorers_read_back(page, "light")
+
+
 def colours(page, scheme: str) -> None:
     """Switch the reader's system to light or dark colours; the page follows (the theme's
     own "auto" mode), without a reload."""
@@ -97,6 +130,10 @@ def test_page_turns_dark_with_the_system(page):
     background = page.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     assert background != "rgb(255, 255, 255)", f"{page.path}: the page did not turn dark"
     assert page.errors == [], f"{page.path}: JavaScript errors in dark colours: {page.errors}"
+
+
+def test_explorers_read_back_their_weights_in_dark_colours(page):
+    explorers_read_back(page, "dark")
 
 
 def test_axe_finds_no_serious_accessibility_problem_in_dark_colours(page, axe_source):
@@ -133,6 +170,7 @@ def test_axe_still_sees_a_code_token_of_poor_contrast(browser, site_url, axe_sou
 # axe checks last (axe merges code tokens, and its stylesheet loader asks for a file the
 # site does not have, which the browser reports as an error).
 CHECKS = [test_page_loads_without_javascript_errors, test_maths_is_typeset, test_every_image_loads,
-          test_no_page_scrolls_sideways_on_a_phone, test_page_turns_dark_with_the_system,
+          test_no_page_scrolls_sideways_on_a_phone, test_explorers_read_back_their_weights_in_light_colours,
+          test_page_turns_dark_with_the_system, test_explorers_read_back_their_weights_in_dark_colours,
           test_axe_finds_no_serious_accessibility_problem_in_dark_colours,
           test_axe_finds_no_serious_accessibility_problem_in_light_colours]

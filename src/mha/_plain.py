@@ -162,6 +162,16 @@ class Value:
         return f"a {self.kind}"
 
 
+_NUMPY_NAMES: dict = {}  # numpy dtype -> its name, for ARRAY_DTYPES (str(dtype) is slow in numpy 2)
+
+
+def _numpy_name(dtype, np) -> str | None:
+    """The name of ``dtype`` if it is one of ARRAY_DTYPES (native byte order), else None."""
+    if not _NUMPY_NAMES:
+        _NUMPY_NAMES.update({np.dtype(name): name for name in ARRAY_DTYPES})
+    return _NUMPY_NAMES.get(dtype)
+
+
 def validate(tree, arrays) -> Value:
     """Turn an untrusted encoded tree (from JSON) into a :class:`Value`.
 
@@ -196,9 +206,10 @@ def _validate(tree, arrays, depth, np) -> Value:
         if not isinstance(name, str) or name not in arrays or not isinstance(dtype, str):
             raise MalformedResult("array missing")
         a = arrays[name]
-        if not isinstance(a, np.ndarray) or str(a.dtype) not in ARRAY_DTYPES or a.size > MAX_ARRAY_ELEMENTS:
+        held = _numpy_name(a.dtype, np) if isinstance(a, np.ndarray) else None
+        if held is None or a.size > MAX_ARRAY_ELEMENTS:
             raise MalformedResult("array of an unexpected type")
-        if dtype != "bfloat16" and dtype != str(a.dtype):
+        if dtype != "bfloat16" and dtype != held:
             raise MalformedResult("array dtype does not match")
         return Value(t, a, dtype=dtype)
     if t in ("tuple", "list") and isinstance(v, list) and len(v) <= MAX_ITEMS:
