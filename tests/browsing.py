@@ -109,21 +109,21 @@ COLLAPSE_CODE_TOKENS = r"""() => {
 }"""
 
 
-def axe_problems(page, axe_source: str, impacts=("serious", "critical")) -> list[str]:
+def axe_problems(page, axe_source: str, impacts=("serious", "critical"), rules=None) -> list[str]:
     """axe-core's WCAG 2 A/AA violations of the given impacts on the open page, in its
     current colours, one line each (after COLLAPSE_CODE_TOKENS, which changes the page's
-    code blocks: run it after the page's other checks)."""
+    code blocks: run it after the page's other checks). ``rules``: only these axe rules."""
     if not page.evaluate("() => typeof window.axe !== 'undefined'"):
         page.add_script_tag(content=axe_source)
     page.evaluate(COLLAPSE_CODE_TOKENS)
+    only = {"type": "rule", "values": list(rules)} if rules else {"type": "tag", "values": AXE_TAGS}
     violations = page.evaluate(
-        """async (tags) => {
-            const result = await axe.run(document, {runOnly: {type: "tag", values: tags},
-                                                    resultTypes: ["violations"]});
+        """async (only) => {
+            const result = await axe.run(document, {runOnly: only, resultTypes: ["violations"]});
             return result.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
                 nodes: v.nodes.map(n => n.target.join(" "))}));
         }""",
-        AXE_TAGS,
+        only,
     )
     return [
         f"{v['impact']}: {v['id']} ({v['help']}) at {v['nodes'][:4]}"
