@@ -128,7 +128,7 @@ def _collect(app, docname, source):
     if docname not in runs:
         return
     path, future = runs.pop(docname)
-    notebook, seconds, traceback = future.result()
+    notebook, seconds, _ = future.result()  # a traceback: MyST-NB's own run reports it
     if notebook is None:
         logger.info(f"{docname} failed in its parallel run; MyST-NB executes it again to report the error")
         return
