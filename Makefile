@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
-# Build the website into _build/html, executing every lesson (two at a time on two cores:
-# book/_ext/parallel_execution.py).
+# Build the website into _build/html, executing every lesson (two at a time on two cores,
+# in kernels that start with the libraries imported: book/_ext/parallel_execution.py).
 book: $(STAMP)
 	@$(MAKE) --no-print-directory site
 

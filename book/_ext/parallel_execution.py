@@ -15,6 +15,10 @@ The notebooks start longest first, by the times the emptied cache held (new ones
 then in reading order): a long notebook started last would leave the other workers idle
 at the end.
 
+With ``parallel_execution_preload`` set, each worker imports those modules once and runs
+its notebooks in kernels forked from itself, which start with them imported
+(preloaded_kernels.py).
+
 A notebook that fails is left out of the cache. MyST-NB then executes it itself and
 reports the error as usual, with its traceback.
 
@@ -32,19 +36,22 @@ from contextlib import nullcontext
 from pathlib import Path, PurePosixPath
 from tempfile import TemporaryDirectory
 
+from preloaded_kernels import ForkingKernelManager, preload
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
 
 
-def _execute(notebook, folder: str, config):
+def _execute(notebook, folder: str, config, forked: bool = False):
     """In a worker process: run every cell in ``folder`` (or a temporary one, as MyST-NB's
-    ``execution_in_temp`` asks); (executed notebook or None, seconds, traceback)."""
+    ``execution_in_temp`` asks), in a kernel forked from this process if ``forked``
+    (preloaded_kernels.py); (executed notebook or None, seconds, traceback)."""
     from jupyter_cache.executors.utils import single_nb_execution
 
+    options = {"kernel_manager_class": ForkingKernelManager} if forked else {}
     with TemporaryDirectory() if config.execution_in_temp else nullcontext(folder) as cwd:
         result = single_nb_execution(notebook, cwd=cwd, timeout=config.execution_timeout,
-                                     allow_errors=config.execution_allow_errors)
+                                     allow_errors=config.execution_allow_errors, **options)
     return (notebook if result.err is None else None), result.time, result.exc_string
 
 
@@ -105,14 +112,16 @@ def _start(app, env, docnames):
         return
     workers = min(app.config.parallel_execution_workers or os.cpu_count() or 1, len(notebooks))
     logger.info(f"executing {len(notebooks)} notebooks, {workers} at a time")
-    pool = ProcessPoolExecutor(max_workers=workers)
+    modules = list(app.config.parallel_execution_preload)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=preload if modules else None,
+                               initargs=(modules,) if modules else ())
     app._parallel_pool = pool
     app._parallel_executed = {}
     app._parallel_runs = {}
     times = {docname: previous[str(path)] for docname, (path, *_) in notebooks.items() if str(path) in previous}
     for docname in _order(list(notebooks), times):
         path, notebook, nb_config = notebooks[docname]
-        app._parallel_runs[docname] = (path, pool.submit(_execute, notebook, str(path.parent), nb_config))
+        app._parallel_runs[docname] = (path, pool.submit(_execute, notebook, str(path.parent), nb_config, bool(modules)))
 
 
 def _order(docnames: list[str], seconds: dict[str, float]) -> list[str]:
@@ -157,6 +166,9 @@ def _stop(app, exception):
 def setup(app):
     # None: one worker per CPU.
     app.add_config_value("parallel_execution_workers", None, "env", types=[int, type(None)])
+    # Modules each worker imports once; its kernels are then forks of it that start with
+    # them imported (preloaded_kernels.py). Empty: every kernel starts as a new process.
+    app.add_config_value("parallel_execution_preload", [], "env", types=[list])
     app.connect("env-before-read-docs", _start)
     app.connect("source-read", _collect)
     app.connect("doctree-read", _write_executed)
