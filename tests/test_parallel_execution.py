@@ -92,6 +92,8 @@ results["first"] = run(notebook(
 results["second"] = run(notebook("import fractions; print(hasattr(fractions, 'LEFT_BEHIND'))"))
 results["raises"] = run(notebook("print('ran')", "raise ValueError('a bug in the lesson')"))
 results["too_slow"] = run(notebook("import time; time.sleep(60)"), timeout=2)
+results["interrupted"] = run(notebook("import os, signal; os.kill(os.getpid(), signal.SIGINT)"))
+results["after"] = run(notebook("print('still fine')"))
 try:
     os.waitpid(-1, os.WNOHANG)
     results["children_left"] = True
@@ -104,8 +106,9 @@ print(json.dumps(results))
 def test_forked_kernels(tmp_path):
     """book/_ext/preloaded_kernels.py: each notebook runs in a process of its own, forked
     from the worker, in the notebook's folder, with the preloaded modules already imported;
-    nothing one notebook does reaches the next; figures show; errors and timeouts come back
-    as failures, and no kernel is left running."""
+    nothing one notebook does reaches the next, nor does a signal sent to a kernel reach
+    the worker; figures show; errors and timeouts come back as failures, and no kernel is
+    left running."""
     import json
     import subprocess
 
@@ -122,4 +125,8 @@ def test_forked_kernels(tmp_path):
     assert results["second"]["ok"] and results["second"]["outputs"][0] == ["False\n"]
     assert not results["raises"]["ok"] and "a bug in the lesson" in results["raises"]["traceback"]
     assert not results["too_slow"]["ok"] and "Timeout" in results["too_slow"]["traceback"]
+    # A signal to a kernel stays there (the parent's event loop shared its wake-up pipe).
+    assert not results["interrupted"]["ok"] and "KeyboardInterrupt" in results["interrupted"]["traceback"]
+    assert results["after"]["ok"] and results["after"]["outputs"] == [["still fine\n"]]
+    assert "never retrieved" not in run.stderr, run.stderr
     assert not results["children_left"]

@@ -21,6 +21,7 @@ any other kernel starts as usual.
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
 import os
 import signal
@@ -82,12 +83,23 @@ class _Forked:
         self.send_signal(signal.SIGTERM)
 
 
+def _forget_signal_handlers() -> None:
+    """Signal handling as in a new Python. The parent's event loop handles SIGINT and
+    SIGTERM through a wake-up pipe that the fork shares: a signal to the kernel (an
+    interrupt) would otherwise reach the parent's loop as if sent to the parent."""
+    signal.set_wakeup_fd(-1)
+    for signum in signal.valid_signals():
+        if callable(signal.getsignal(signum)):  # set by Python code, not inherited defaults
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+
+
 def _become_kernel(argv: list[str], env: dict[str, str], cwd: str | None) -> None:
     """In the forked child: run as ``python -m ipykernel_launcher *argv`` would, then exit
     without running the parent's exit handlers."""
     code = 1
     try:
         os.setsid()  # its own process group, as jupyter_client starts a kernel
+        _forget_signal_handlers()
         stdin = os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)
         os.environ.clear()
@@ -122,6 +134,8 @@ class ForkingProvisioner(LocalProvisioner):
             return await super().launch_kernel(cmd, **kwargs)
         env, cwd = dict(kwargs.get("env") or os.environ), kwargs.get("cwd")
         env["JPY_PARENT_PID"] = str(os.getpid())  # as jupyter_client.launcher sets it
+        if cwd and not os.path.isdir(cwd):  # as Popen would say, not "the kernel died"
+            raise FileNotFoundError(errno.ENOENT, "no such folder to start a kernel in", cwd)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
