@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path, PurePosixPath
@@ -112,7 +113,9 @@ def _start(app, env, docnames):
         return
     workers = min(app.config.parallel_execution_workers or os.cpu_count() or 1, len(notebooks))
     logger.info(f"executing {len(notebooks)} notebooks, {workers} at a time")
-    modules = list(app.config.parallel_execution_preload)
+    # Forking a process that has loaded torch and matplotlib is safe on Linux; on macOS
+    # system libraries may crash in a child forked without exec: new kernels there.
+    modules = list(app.config.parallel_execution_preload) if sys.platform.startswith("linux") else []
     pool = ProcessPoolExecutor(max_workers=workers, initializer=preload if modules else None,
                                initargs=(modules,) if modules else ())
     app._parallel_pool = pool

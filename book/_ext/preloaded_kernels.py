@@ -15,7 +15,7 @@ filters for its own deprecation warnings. And the build's execution times no lon
 include the start-up that a student's fresh kernel pays.
 
 Only kernels that would run this same Python's ``-m ipykernel_launcher`` are forked;
-any other kernel starts as usual.
+any other kernel starts as usual. parallel_execution.py forks kernels on Linux only.
 """
 
 from __future__ import annotations
