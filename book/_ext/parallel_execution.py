@@ -124,7 +124,8 @@ def _start(app, env, docnames):
     times = {docname: previous[str(path)] for docname, (path, *_) in notebooks.items() if str(path) in previous}
     for docname in _order(list(notebooks), times):
         path, notebook, nb_config = notebooks[docname]
-        app._parallel_runs[docname] = (path, pool.submit(_execute, notebook, str(path.parent), nb_config, bool(modules)))
+        run = pool.submit(_execute, notebook, str(path.parent), nb_config, bool(modules))
+        app._parallel_runs[docname] = (path, run)
 
 
 def _order(docnames: list[str], seconds: dict[str, float]) -> list[str]:
