@@ -53,6 +53,15 @@ def test_a_notebook_that_raises_comes_back_as_a_failure_with_its_traceback(tmp_p
     assert seconds > 0
 
 
+def test_a_module_to_preload_that_cannot_be_imported_is_named():
+    from sphinx.errors import ConfigError
+
+    assert parallel_execution._importable(["json", "email.mime"]) == ["json", "email.mime"]
+    for wrong in ["no_such_module", "json.no_such_part", "", 42]:
+        with pytest.raises(ConfigError, match=f"parallel_execution_preload: {wrong!r} is not a module"):
+            parallel_execution._importable(["json", wrong])
+
+
 @pytest.mark.parametrize("times, order", [
     ({}, ["a", "b", "c"]),                                   # a first build: reading order
     ({"a": 1.0, "b": 9.0, "c": 5.0}, ["b", "c", "a"]),       # longest first

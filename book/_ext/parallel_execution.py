@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from tempfile import TemporaryDirectory
 
 from preloaded_kernels import ForkingKernelManager, preload
+from sphinx.errors import ConfigError
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def _start(app, env, docnames):
     logger.info(f"executing {len(notebooks)} notebooks, {workers} at a time")
     # Forking a process that has loaded torch and matplotlib is safe on Linux; on macOS
     # system libraries may crash in a child forked without exec: new kernels there.
-    modules = list(app.config.parallel_execution_preload) if sys.platform.startswith("linux") else []
+    modules = _importable(app.config.parallel_execution_preload) if sys.platform.startswith("linux") else []
     pool = ProcessPoolExecutor(max_workers=workers, initializer=preload if modules else None,
                                initargs=(modules,) if modules else ())
     app._parallel_pool = pool
@@ -126,6 +127,21 @@ def _start(app, env, docnames):
         path, notebook, nb_config = notebooks[docname]
         run = pool.submit(_execute, notebook, str(path.parent), nb_config, bool(modules))
         app._parallel_runs[docname] = (path, run)
+
+
+def _importable(modules) -> list[str]:
+    """``modules``, checked before a worker would fail to import one of them."""
+    from importlib.util import find_spec
+
+    for name in modules:
+        try:
+            found = isinstance(name, str) and find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ConfigError(f"parallel_execution_preload: {name!r} is not a module this Python can import; "
+                              "list importable module names, such as torch or matplotlib.pyplot")
+    return list(modules)
 
 
 def _order(docnames: list[str], seconds: dict[str, float]) -> list[str]:
