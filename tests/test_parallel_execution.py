@@ -76,15 +76,9 @@ def test_notebooks_start_longest_first(times, order):
 FORKED_KERNELS = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-import nbformat
 from myst_nb.core.config import NbParserConfig
-import parallel_execution
+from test_parallel_execution import notebook, parallel_execution
 from preloaded_kernels import preload
-
-def notebook(*sources):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
-    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
 
 def run(nb, timeout=60):
     config = NbParserConfig(execution_timeout=timeout, execution_allow_errors=False)
@@ -121,7 +115,7 @@ def test_forked_kernels(tmp_path):
     import json
     import subprocess
 
-    run = subprocess.run([sys.executable, "-c", FORKED_KERNELS, str(ROOT / "book" / "_ext"), str(tmp_path)],
+    run = subprocess.run([sys.executable, "-c", FORKED_KERNELS, str(ROOT / "tests"), str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     results = json.loads(run.stdout.splitlines()[-1])
