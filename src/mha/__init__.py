@@ -10,6 +10,8 @@ One file per concept:
     latent.py     MultiHeadLatentAttention: DeepSeek-V2's multi-head latent attention
     backward.py   attention_backward: the gradients of attention, derived by hand
     tiled.py      tiled_attention: FlashAttention's forward (tiles, online softmax) in plain torch
+    flash.py      flash_attention: FlashAttention-2 forward and backward as Triton kernels
+    kernels/      the Triton kernels (imported on first use: `import mha` never imports Triton)
     counting.py   parameters, FLOPs, KV-cache bytes, presets of published models
     plotting.py   figures for the lessons
     book.py       glue: computed values into a lesson's prose
@@ -31,6 +33,7 @@ from .latent import MultiHeadLatentAttention
 from .module import MultiHeadAttention, SingleHeadAttention
 from .rope import apply_rope
 from .tiled import tiled_attention
+from .flash import flash_attention
 
 __all__ = [
     "scaled_dot_product_attention", "safe_softmax", "split_heads", "merge_heads",
@@ -40,6 +43,6 @@ __all__ = [
     "attention_backward",
     "apply_rope", "MultiHeadLatentAttention", "LatentCache", "latent_cache_bytes", "LATENT_PRESETS",
     "LatentConfig",
-    "tiled_attention",
+    "tiled_attention", "flash_attention",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,306 @@
+"""FlashAttention-2 (Dao, 2023) as Triton kernels: the forward pass and the backward pass.
+
+Every tensor is one contiguous (B * h, T, d) stack of heads: head ``head`` of a (Tq, d)
+tensor starts ``head * Tq * d`` elements after its first element, and row ``i`` of it
+``i * d`` elements after that. A program is one block of rows of one head; blocks are
+``BLOCK_M`` query rows or ``BLOCK_N`` key rows, and a tile is ``(rows, BLOCK_D)`` where
+BLOCK_D is d rounded up to a power of two (``tl.arange`` needs one). Rows past the end of a
+sequence and columns past d are masked: they read as 0 and are never written.
+
+Scores are kept in base-2 units: s = (q . k) * scale * log2(e), so that
+exp(scale * q . k - m) = exp2(s - m'), and the kernels call exp2 (one instruction on a GPU)
+instead of exp. The log-sum-exp saved per query row is in the same units.
+
+Causal masking is aligned bottom-right, as everywhere in the course: query ``i`` sees key
+``j`` when ``j <= i + offset`` with ``offset = Tk - Tq``. Every loop over key blocks (or
+query blocks) runs in two phases: the blocks every row of the program may see entirely,
+with no mask, then the band of blocks that the diagonal or the end of the sequence cuts,
+with the mask. Blocks that no row may see are not visited at all.
+
+The plain-torch loop that the forward kernel implements is lesson 10's
+``mha.tiled_attention``; the gradients that the backward kernels compute are lesson 08's
+``mha.attention_backward``. Both are held equal to these kernels by the tests.
+
+Import this module through ``mha.kernels`` (it chooses the interpreter first, when needed).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
+
+
+# ----------------------------------------------------------------------------- helpers
+
+@triton.jit
+def load_rows(head, rows, n_rows, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Rows ``rows`` of the (n_rows, HEAD_DIM) matrix at ``head`` as a (len(rows), BLOCK_D)
+    tile; rows past n_rows and columns past HEAD_DIM read as 0."""
+    dims = tl.arange(0, BLOCK_D)                                          # (BLOCK_D,)
+    inside = (rows[:, None] < n_rows) & (dims[None, :] < HEAD_DIM)       # (rows, BLOCK_D)
+    return tl.load(head + rows[:, None] * HEAD_DIM + dims[None, :], mask=inside, other=0.0)
+
+
+@triton.jit
+def store_rows(head, tile, rows, n_rows, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Write a (len(rows), BLOCK_D) tile into rows ``rows`` of the (n_rows, HEAD_DIM) matrix
+    at ``head``, except what lies past its end."""
+    dims = tl.arange(0, BLOCK_D)
+    inside = (rows[:, None] < n_rows) & (dims[None, :] < HEAD_DIM)
+    tl.store(head + rows[:, None] * HEAD_DIM + dims[None, :], tile.to(head.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def key_range(first_row, Tq, Tk, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """For the query rows first_row .. first_row + BLOCK_M - 1: (full, end), where the
+    key blocks starting below ``full`` are seen entirely by every row (no mask needed) and
+    the blocks from ``full`` up to ``end`` are cut by the diagonal or by Tk (masked).
+    Keys from ``end`` on are seen by no row of the block."""
+    if IS_CAUSAL:
+        offset = Tk - Tq                      # query i sees keys j <= i + offset
+        # The last row sees the most keys, the first row the fewest. Clamp at 0 before
+        # dividing: Triton's integer division rounds towards zero on a GPU.
+        end = tl.maximum(tl.minimum(first_row + BLOCK_M + offset, Tk), 0)
+        full = tl.maximum(tl.minimum(first_row + 1 + offset, Tk), 0) // BLOCK_N * BLOCK_N
+    else:
+        end = Tk
+        full = Tk // BLOCK_N * BLOCK_N        # every block but a last, shorter one
+    return full, end
+
+
+@triton.jit
+def query_range(first_key, Tq, Tk, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """For the keys first_key .. first_key + BLOCK_N - 1: (start, full), where the query
+    blocks from ``start`` up to ``full`` see only some of these keys (masked) and the
+    blocks from ``full`` on see all of them (no mask needed). Queries before ``start``
+    see none of them."""
+    if IS_CAUSAL:
+        offset = Tk - Tq                      # key j is seen by queries i >= j - offset
+        last_key = tl.minimum(first_key + BLOCK_N, Tk) - 1
+        start = tl.maximum(first_key - offset, 0) // BLOCK_M * BLOCK_M
+        full = tl.cdiv(tl.maximum(last_key - offset, 0), BLOCK_M) * BLOCK_M
+        full = tl.minimum(full, tl.cdiv(Tq, BLOCK_M) * BLOCK_M)
+    else:
+        start = 0
+        full = 0
+    return start, full
+
+
+@triton.jit
+def allowed(rows, keys, Tq, Tk, IS_CAUSAL: tl.constexpr):
+    """(len(rows), len(keys)): True where query ``rows[a]`` may attend to key ``keys[b]``."""
+    ok = keys[None, :] < Tk
+    if IS_CAUSAL:
+        ok = ok & (keys[None, :] <= rows[:, None] + (Tk - Tq))
+    return ok
+
+
+# ----------------------------------------------------------------------------- forward
+
+@triton.jit
+def attend_to_keys(acc, row_sum, row_max, q, k_head, v_head, rows, lo, hi, Tq, Tk, qk_scale,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                   MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """The online softmax over the key blocks from ``lo`` to ``hi``: lesson 10's inner loop.
+
+    acc (BLOCK_M, BLOCK_D) float32: sum of exp2(s - row_max) * v over the keys seen so far
+    row_sum (BLOCK_M,) float32:     sum of exp2(s - row_max)
+    row_max (BLOCK_M,) float32:     the largest score seen so far (-inf before any)
+    q (BLOCK_M, BLOCK_D):           the queries of the block
+    qk_scale:                       scale * log2(e), for scores in base-2 units
+    """
+    for first_key in range(lo, hi, BLOCK_N):
+        keys = first_key + tl.arange(0, BLOCK_N)                                  # (BLOCK_N,)
+        k = load_rows(k_head, keys, Tk, HEAD_DIM, BLOCK_D)                        # (BLOCK_N, BLOCK_D)
+        v = load_rows(v_head, keys, Tk, HEAD_DIM, BLOCK_D)                        # (BLOCK_N, BLOCK_D)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale          # (BLOCK_M, BLOCK_N)
+        if MASKED:
+            s = tl.where(allowed(rows, keys, Tq, Tk, IS_CAUSAL), s, float("-inf"))
+        new_max = tl.maximum(row_max, tl.max(s, 1))                               # (BLOCK_M,)
+        if MASKED:
+            # A row that has seen only blocked keys still has max -inf: shift it by 0,
+            # so that -inf - (-inf) = NaN is never computed.
+            new_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+        p = tl.math.exp2(s - new_max[:, None])                                    # (BLOCK_M, BLOCK_N)
+        shrink = tl.math.exp2(row_max - new_max)                                  # (BLOCK_M,), <= 1
+        row_sum = row_sum * shrink + tl.sum(p, 1)
+        acc = acc * shrink[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        row_max = new_max
+    return acc, row_sum, row_max
+
+
+@triton.jit
+def flash_forward_kernel(Q, K, V, Out, Lse, Tq, Tk, scale, len_bucket,
+                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """Out = softmax(scale * Q K^T) V for one block of BLOCK_M query rows of one head, and
+    Lse, the log2-sum-exp2 of each row's scores (+inf for a row with no key to see).
+    Grid: (cdiv(Tq, BLOCK_M), B * h). ``len_bucket`` is read by the GPU autotuner only."""
+    tl.static_assert(BLOCK_D >= HEAD_DIM)
+    block = tl.program_id(0)
+    head = tl.program_id(1).to(tl.int64)          # 64-bit: B * h * T * d may pass 2**31
+    q_head = Q + head * Tq * HEAD_DIM
+    k_head = K + head * Tk * HEAD_DIM
+    v_head = V + head * Tk * HEAD_DIM
+
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)                                # (BLOCK_M,)
+    q = load_rows(q_head, rows, Tq, HEAD_DIM, BLOCK_D)                            # (BLOCK_M, BLOCK_D)
+    qk_scale = scale * LOG2E
+
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    row_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
+    row_max = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+
+    full, end = key_range(block * BLOCK_M, Tq, Tk, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    acc, row_sum, row_max = attend_to_keys(acc, row_sum, row_max, q, k_head, v_head, rows, 0, full,
+                                           Tq, Tk, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, PRECISION)
+    acc, row_sum, row_max = attend_to_keys(acc, row_sum, row_max, q, k_head, v_head, rows, full, end,
+                                           Tq, Tk, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, PRECISION)
+
+    empty = row_sum == 0.0                     # rows that saw no key: output 0, never 0 / 0
+    row_sum = tl.where(empty, 1.0, row_sum)
+    store_rows(Out + head * Tq * HEAD_DIM, acc / row_sum[:, None], rows, Tq, HEAD_DIM, BLOCK_D)
+    # +inf for an empty row: the backward's exp2(s - lse) is then 0 for every key.
+    lse = tl.where(empty, float("inf"), row_max + tl.math.log2(row_sum))
+    tl.store(Lse + head * Tq + rows, lse, mask=rows < Tq)
+
+
+# ----------------------------------------------------------------------------- backward
+
+@triton.jit
+def flash_backward_delta_kernel(Out, dOut, Delta, Tq,
+                                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Delta_i = rowsum(dO_i * O_i) for one block of query rows of one head: the
+    rowsum(dP * P) of the softmax's gradient, from tensors of size d instead of Tk.
+    Grid: (cdiv(Tq, BLOCK_M), B * h)."""
+    block = tl.program_id(0)
+    head = tl.program_id(1).to(tl.int64)
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    o = load_rows(Out + head * Tq * HEAD_DIM, rows, Tq, HEAD_DIM, BLOCK_D).to(tl.float32)
+    do = load_rows(dOut + head * Tq * HEAD_DIM, rows, Tq, HEAD_DIM, BLOCK_D).to(tl.float32)
+    tl.store(Delta + head * Tq + rows, tl.sum(o * do, 1), mask=rows < Tq)
+
+
+@triton.jit
+def dk_dv_from_queries(dk, dv, k, v, q_head, do_head, lse_head, delta_head, keys, lo, hi, Tq, Tk,
+                       qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                       MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """Add to dk and dv (BLOCK_N, BLOCK_D) the terms of the query blocks from lo to hi.
+    Everything is transposed (keys along the rows), so that no tile needs a transpose:
+    pT = P^T (BLOCK_N, BLOCK_M), recomputed from the saved log-sum-exp."""
+    for first_row in range(lo, hi, BLOCK_M):
+        rows = first_row + tl.arange(0, BLOCK_M)                                  # (BLOCK_M,)
+        q = load_rows(q_head, rows, Tq, HEAD_DIM, BLOCK_D)                        # (BLOCK_M, BLOCK_D)
+        do = load_rows(do_head, rows, Tq, HEAD_DIM, BLOCK_D)                      # (BLOCK_M, BLOCK_D)
+        lse = tl.load(lse_head + rows, mask=rows < Tq, other=float("inf"))        # (BLOCK_M,)
+        delta = tl.load(delta_head + rows, mask=rows < Tq, other=0.0)             # (BLOCK_M,)
+        sT = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale         # (BLOCK_N, BLOCK_M)
+        if MASKED:
+            sT = tl.where(tl.trans(allowed(rows, keys, Tq, Tk, IS_CAUSAL)), sT, float("-inf"))
+        pT = tl.math.exp2(sT - lse[None, :])                                      # P^T, 0 where blocked
+        dv += tl.dot(pT.to(do.dtype), do, input_precision=PRECISION)             # dV = P^T dO
+        dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)                  # dP^T = V dO^T
+        dsT = pT * (dpT - delta[None, :])                                         # dS^T = P^T * (dP^T - D)
+        dk += tl.dot(dsT.to(q.dtype), q, input_precision=PRECISION)              # dK = dS^T Q (times scale)
+    return dk, dv
+
+
+@triton.jit
+def flash_backward_dk_dv_kernel(Q, K, V, dOut, Lse, Delta, dK, dV, Tq, Tk, scale, len_bucket,
+                                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """dK and dV for one block of BLOCK_N keys of one head, visiting the query blocks that
+    see them. Grid: (cdiv(Tk, BLOCK_N), B * h)."""
+    block = tl.program_id(0)
+    head = tl.program_id(1).to(tl.int64)
+    keys = block * BLOCK_N + tl.arange(0, BLOCK_N)                                # (BLOCK_N,)
+    k = load_rows(K + head * Tk * HEAD_DIM, keys, Tk, HEAD_DIM, BLOCK_D)          # (BLOCK_N, BLOCK_D)
+    v = load_rows(V + head * Tk * HEAD_DIM, keys, Tk, HEAD_DIM, BLOCK_D)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    q_head, do_head = Q + head * Tq * HEAD_DIM, dOut + head * Tq * HEAD_DIM
+    lse_head, delta_head = Lse + head * Tq, Delta + head * Tq
+    start, full = query_range(block * BLOCK_N, Tq, Tk, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    dk, dv = dk_dv_from_queries(dk, dv, k, v, q_head, do_head, lse_head, delta_head, keys, start, full,
+                                Tq, Tk, scale * LOG2E, HEAD_DIM, BLOCK_D, BLOCK_M, True, IS_CAUSAL, PRECISION)
+    # Past `full`, every query sees every key of this block, except keys past Tk in a last,
+    # shorter block: those rows of dk and dv are never written, so they need no mask.
+    dk, dv = dk_dv_from_queries(dk, dv, k, v, q_head, do_head, lse_head, delta_head, keys, full, Tq,
+                                Tq, Tk, scale * LOG2E, HEAD_DIM, BLOCK_D, BLOCK_M, False, IS_CAUSAL, PRECISION)
+    store_rows(dK + head * Tk * HEAD_DIM, dk * scale, keys, Tk, HEAD_DIM, BLOCK_D)
+    store_rows(dV + head * Tk * HEAD_DIM, dv, keys, Tk, HEAD_DIM, BLOCK_D)
+
+
+@triton.jit
+def dq_from_keys(dq, q, do, lse, delta, k_head, v_head, rows, lo, hi, Tq, Tk, qk_scale,
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                 MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """Add to dq (BLOCK_M, BLOCK_D) the terms of the key blocks from lo to hi."""
+    for first_key in range(lo, hi, BLOCK_N):
+        keys = first_key + tl.arange(0, BLOCK_N)
+        k = load_rows(k_head, keys, Tk, HEAD_DIM, BLOCK_D)                        # (BLOCK_N, BLOCK_D)
+        v = load_rows(v_head, keys, Tk, HEAD_DIM, BLOCK_D)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale          # (BLOCK_M, BLOCK_N)
+        if MASKED:
+            s = tl.where(allowed(rows, keys, Tq, Tk, IS_CAUSAL), s, float("-inf"))
+        p = tl.math.exp2(s - lse[:, None])                                        # P, recomputed
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)                   # dP = dO V^T
+        ds = p * (dp - delta[:, None])                                            # dS = P * (dP - D)
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)               # dQ = dS K (times scale)
+    return dq
+
+
+@triton.jit
+def flash_backward_dq_kernel(Q, K, V, dOut, Lse, Delta, dQ, Tq, Tk, scale, len_bucket,
+                             HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """dQ for one block of BLOCK_M query rows of one head, visiting the key blocks it sees
+    (the forward's loop again). Grid: (cdiv(Tq, BLOCK_M), B * h)."""
+    block = tl.program_id(0)
+    head = tl.program_id(1).to(tl.int64)
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    q = load_rows(Q + head * Tq * HEAD_DIM, rows, Tq, HEAD_DIM, BLOCK_D)
+    do = load_rows(dOut + head * Tq * HEAD_DIM, rows, Tq, HEAD_DIM, BLOCK_D)
+    lse = tl.load(Lse + head * Tq + rows, mask=rows < Tq, other=float("inf"))
+    delta = tl.load(Delta + head * Tq + rows, mask=rows < Tq, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    k_head, v_head = K + head * Tk * HEAD_DIM, V + head * Tk * HEAD_DIM
+    full, end = key_range(block * BLOCK_M, Tq, Tk, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    dq = dq_from_keys(dq, q, do, lse, delta, k_head, v_head, rows, 0, full, Tq, Tk, scale * LOG2E,
+                      HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, PRECISION)
+    dq = dq_from_keys(dq, q, do, lse, delta, k_head, v_head, rows, full, end, Tq, Tk, scale * LOG2E,
+                      HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, PRECISION)
+    store_rows(dQ + head * Tq * HEAD_DIM, dq * scale, rows, Tq, HEAD_DIM, BLOCK_D)
+
+
+# ----------------------------------------------------------------------------- GPU tuning
+
+def _configs(blocks_m, blocks_n, stages, warps):
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_stages=s, num_warps=w)
+            for m in blocks_m for n in blocks_n for s in stages for w in warps]
+
+
+# Forward: large query blocks (each program keeps its q tile and accumulator on chip while
+# it streams keys); backward: smaller blocks, since each program holds two accumulators.
+CONFIGS = {
+    "flash_forward_kernel": _configs((64, 128), (32, 64, 128), (2, 3, 4), (4, 8)),
+    "flash_backward_dk_dv_kernel": _configs((32, 64), (64, 128), (2, 3), (4, 8)),
+    "flash_backward_dq_kernel": _configs((64, 128), (32, 64), (2, 3), (4, 8)),
+}
+_TUNED = {}
+
+
+def tuned(kernel):
+    """``kernel`` wrapped in Triton's autotuner (GPU only): one tuning per head width, causal
+    flag and power-of-two length (``len_bucket``)."""
+    name = kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__
+    if name not in _TUNED:
+        _TUNED[name] = triton.autotune(CONFIGS[name], key=["HEAD_DIM", "IS_CAUSAL", "len_bucket"])(kernel)
+    return _TUNED[name]

@@ -1,0 +1,280 @@
+"""mha.flash_attention: Triton kernels, forward and backward, run here by Triton's interpreter.
+
+Each case compares the value and the three gradients with autograd through
+mha.scaled_dot_product_attention in float64, on the same (rounded) inputs. Sizes are small:
+the interpreter runs every program of a grid one after another, with numpy. The same
+checks at large T on a GPU are in test_flash_gpu.py (`make test-gpu`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import mha
+from mha import flash
+from mha.flash import Blocks
+
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("Triton publishes wheels for Linux only", allow_module_level=True)
+from mha.kernels import triton  # noqa: E402  (mha.kernels first: it chooses the interpreter)
+from mha.kernels import attention as kernels  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
+TOL = {torch.float32: 2e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}   # max abs error, values ~1
+
+
+def draw(B, H, Tq, Tk, d, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, T, d, generator=g).to(dtype) for T in (Tq, Tk, Tk)]
+
+
+def reference(q, k, v, grad, is_causal, scale):
+    """out, dq, dk, dv by autograd through the explicit maths, in float64."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out = mha.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)[0]
+    out.backward(grad.double())
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+def run_flash(q, k, v, grad, is_causal=False, scale=None):
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    out = mha.flash_attention(q, k, v, is_causal=is_causal, scale=scale)
+    out.backward(grad)
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+def max_errors(q, k, v, is_causal=False, scale=None, seed=1):
+    """Largest |flash - float64 reference| of out, dq, dk, dv."""
+    grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q.dtype)
+    got = run_flash(q, k, v, grad, is_causal, scale)
+    want = reference(q, k, v, grad, is_causal, scale)
+    for g, w in zip(got, want):
+        assert g.dtype == q.dtype and g.shape == w.shape
+        assert torch.isfinite(g).all()
+    return [float((g.double() - w).abs().max()) for g, w in zip(got, want)]
+
+
+# ----------------------------------------------------------------------------- values and gradients
+
+SHAPES = [  # B, h, Tq, Tk, d, is_causal: odd lengths, Tq != Tk both ways, d not a power of two
+    (2, 2, 37, 37, 16, False),
+    (1, 2, 37, 53, 32, True),      # Tq < Tk: the diagonal starts 16 keys in
+    (1, 1, 53, 37, 64, True),      # Tq > Tk: 16 rows see nothing
+    (1, 1, 19, 19, 24, True),      # d = 24 padded to 32
+    (1, 1, 9, 40, 128, False),
+    (1, 1, 33, 1, 16, True),       # one key: only the last query sees it
+]
+
+
+@pytest.mark.parametrize("B,H,Tq,Tk,d,is_causal", SHAPES)
+def test_value_and_gradients_match_float64_autograd(B, H, Tq, Tk, d, is_causal):
+    errors = max_errors(*draw(B, H, Tq, Tk, d), is_causal=is_causal)
+    assert max(errors) < TOL[torch.float32], errors
+
+
+@pytest.mark.parametrize("scale", [0.05, 1.0, 3.0])
+def test_custom_scale(scale):
+    errors = max_errors(*draw(1, 2, 21, 29, 32), is_causal=True, scale=scale)
+    assert max(errors) < TOL[torch.float32] * max(1.0, scale), errors
+
+
+@pytest.mark.parametrize("blocks", [Blocks(16, 16), Blocks(16, 32), Blocks(64, 16)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_every_block_shape_gives_the_same_numbers(blocks, is_causal):
+    """Query blocks smaller, larger and equal to key blocks: every causal band shape."""
+    q, k, v = draw(1, 1, 45, 70, 16)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(3))
+    s = 0.25
+    out, lse = flash.forward(q, k, v, is_causal, s, blocks)
+    grads = flash.backward(q, k, v, out, lse, do, is_causal, s, blocks)
+    want = reference(q, k, v, do, is_causal, s)
+    for g, w in zip((out, *grads), want):
+        assert (g.double() - w).abs().max() < TOL[torch.float32]
+
+
+def test_fully_masked_rows_give_zeros_never_nan_in_value_and_gradients():
+    """Causal with Tq > Tk: query i sees keys j <= i - (Tq - Tk), so the first 20 rows see none."""
+    q, k, v = draw(1, 2, 30, 10, 16)
+    grad = torch.randn(q.shape)
+    out, dq, dk, dv = run_flash(q, k, v, grad, is_causal=True)
+    assert torch.equal(out[:, :, :20], torch.zeros_like(out[:, :, :20]))
+    assert torch.equal(dq[:, :, :20], torch.zeros_like(dq[:, :, :20]))
+    assert all(torch.isfinite(t).all() for t in (out, dq, dk, dv))
+    assert out[:, :, 20:].abs().sum() > 0
+
+
+def test_equals_the_plain_torch_loop_it_implements():
+    """The forward kernel computes lesson 10's mha.tiled_attention."""
+    q, k, v = draw(2, 2, 41, 58, 32)
+    for causal in (False, True):
+        got = mha.flash_attention(q, k, v, is_causal=causal)
+        assert torch.allclose(got, mha.tiled_attention(q, k, v, is_causal=causal, block_size=16), atol=1e-5)
+
+
+def test_saved_log_sum_exp_is_the_rows_logsumexp_in_base_2():
+    q, k, v = draw(1, 2, 23, 31, 16)
+    scale = 0.3
+    _, lse = flash.forward(q, k, v, True, scale)
+    scores = (q.double() @ k.double().transpose(-2, -1)) * scale
+    scores = scores.masked_fill(~mha.causal_mask(23, 31), float("-inf"))
+    assert torch.allclose(lse.double(), torch.logsumexp(scores, dim=-1) / math.log(2), atol=1e-5)
+
+
+def test_empty_rows_save_plus_infinity_as_log_sum_exp():
+    q, k, v = draw(1, 1, 12, 4, 16)
+    _, lse = flash.forward(q, k, v, True, 0.25)
+    assert torch.isinf(lse[..., :8]).all() and (lse[..., :8] > 0).all() and torch.isfinite(lse[..., 8:]).all()
+
+
+def test_non_contiguous_inputs():
+    x = torch.randn(2, 19, 2, 16)                      # (B, T, h, d): a view (B, h, T, d) of it
+    q = k = v = x.transpose(1, 2)
+    assert not q.is_contiguous()
+    assert max(max_errors(q, k, v, is_causal=True)) < TOL[torch.float32]
+
+
+def test_empty_sequences():
+    q, k, v = draw(1, 2, 0, 5, 16)
+    assert mha.flash_attention(q, k, v).shape == (1, 2, 0, 16)
+    q, k, v = (t.requires_grad_() for t in draw(1, 2, 4, 0, 16))
+    out = mha.flash_attention(q, k, v)
+    out.sum().backward()
+    assert torch.equal(out, torch.zeros(1, 2, 4, 16)) and torch.equal(q.grad, torch.zeros_like(q))
+
+
+# ----------------------------------------------------------------------------- dtypes
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_matches_float64_within_its_rounding(dtype):
+    errors = max_errors(*draw(1, 2, 33, 47, 32, dtype), is_causal=True)
+    assert max(errors) < TOL[dtype], errors
+
+
+def test_bfloat16_is_computed_in_float32_by_the_interpreter_and_returned_as_bfloat16():
+    """The interpreter's tl.dot multiplies bfloat16 bit patterns as integers, so the
+    kernels get float32 copies; the result is the float32 result rounded to bfloat16."""
+    q, k, v = draw(1, 1, 20, 20, 16, torch.bfloat16)
+    out = mha.flash_attention(q, k, v, is_causal=True)
+    assert out.dtype == torch.bfloat16
+    assert flash.interpreted()
+    expected = mha.flash_attention(q.float(), k.float(), v.float(), is_causal=True).to(torch.bfloat16)
+    assert torch.equal(out, expected)
+
+
+# ----------------------------------------------------------------------------- the causal bounds
+
+@triton.jit
+def block_ranges(out, Tq, Tk, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program i writes key_range of query block i and query_range of key block i."""
+    i = tl.program_id(0)
+    full, end = kernels.key_range(i * BLOCK_M, Tq, Tk, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    start, q_full = kernels.query_range(i * BLOCK_N, Tq, Tk, IS_CAUSAL, BLOCK_M, BLOCK_N)
+    tl.store(out + 4 * i + 0, full)
+    tl.store(out + 4 * i + 1, end)
+    tl.store(out + 4 * i + 2, start)
+    tl.store(out + 4 * i + 3, q_full)
+
+
+def test_block_ranges_match_the_mask_tile_by_tile():
+    """key_range and query_range, run in a small kernel, against the tiles of the mask:
+    a block is skipped iff no entry of its tile is allowed, and runs unmasked iff every
+    entry of its tile is allowed (keys past Tk count as not allowed)."""
+    shapes = [(37, 53, 16, 16), (53, 37, 32, 16), (10, 45, 16, 32), (64, 64, 16, 16), (5, 1, 16, 16)]
+    for (Tq, Tk, bm, bn), causal in [(s, c) for s in shapes for c in (True, False)]:
+        allowed = mha.causal_mask(Tq, Tk) if causal else torch.ones(Tq, Tk, dtype=torch.bool)
+        n = max(-(-Tq // bm), -(-Tk // bn))
+        got = torch.zeros(n, 4, dtype=torch.int32)
+        block_ranges[(n,)](got, Tq, Tk, IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn)
+        where = (Tq, Tk, bm, bn, causal)
+        for i in range(-(-Tq // bm)):                              # query block i: its key blocks
+            full, end = got[i, :2].tolist()
+            for j in range(-(-Tk // bn)):
+                tile = allowed[i * bm:(i + 1) * bm, j * bn:(j + 1) * bn]
+                whole = bool(tile.all()) and tile.shape[1] == bn   # a shorter last block is masked
+                assert (j * bn < full) == whole, (where, i, j, full)
+                assert (j * bn < end) == bool(tile.any()), (where, i, j, end)
+        for j in range(-(-Tk // bn)):                              # key block j: its query blocks
+            start, full = got[j, 2:].tolist()
+            for i in range(-(-Tq // bm)):
+                tile = allowed[i * bm:(i + 1) * bm, j * bn:(j + 1) * bn]
+                if not tile.any():
+                    assert i * bm < start, (where, i, j, start)            # skipped
+                elif tile.all():
+                    assert i * bm >= full, (where, i, j, full)             # no mask
+                else:
+                    assert start <= i * bm < full, (where, i, j, start, full)   # masked
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_bad_input_is_named():
+    q, k, v = draw(1, 2, 8, 8, 16)
+    cases = [
+        ((q[0], k, v), {}, ValueError, "q must have 4 dimensions"),
+        ((q, k, v[..., :8]), {}, ValueError, "v must have q's head width"),
+        ((q, k[..., :8], v[..., :8]), {}, ValueError, "k must have q's head width"),
+        ((q.long(), k, v), {}, TypeError, "q must be a floating-point tensor"),
+        ((q, k, v[:, :, :5]), {}, ValueError, "k and v must have the same length"),
+        ((q[..., :8], k[..., :8], v[..., :8]), {}, ValueError, "head width d = 8"),
+        ((q.double(), k.double(), v.double()), {}, TypeError, "q must be float16, bfloat16 or float32"),
+        ((q, k.half(), v), {}, TypeError, "k must have q's dtype"),
+        ((q, k[:1, :1], v[:1, :1]), {}, ValueError, "does not broadcast"),
+        ((q, k, v), {"is_causal": 1}, TypeError, "is_causal must be a bool"),
+        ((q, k, v), {"scale": float("nan")}, TypeError, "scale must be a finite real number"),
+        (("q", k, v), {}, TypeError, "q must be a torch.Tensor"),
+    ]
+    for args, kwargs, error, message in cases:
+        with pytest.raises(error, match=message):
+            mha.flash_attention(*args, **kwargs)
+    wide = torch.zeros(1, 1, 4, 256)
+    with pytest.raises(ValueError, match="16 <= d <= 128"):
+        mha.flash_attention(wide, wide, wide)
+
+
+# ----------------------------------------------------------------------------- imports
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_import_mha_does_not_import_triton_and_a_machine_without_triton_is_told_what_to_use():
+    result = _python("""
+        import sys
+        sys.modules["triton"] = None          # as on macOS or Windows: import triton fails
+        import torch, mha
+        assert "triton" not in sys.modules or sys.modules["triton"] is None
+        q = torch.zeros(1, 1, 4, 16)
+        try:
+            mha.flash_attention(q, q, q)
+        except ImportError as e:
+            print(e)
+        """)
+    assert result.returncode == 0, result.stderr
+    assert "Linux only" in result.stdout and "mha.tiled_attention" in result.stdout
+
+
+def test_triton_imported_first_on_a_machine_without_gpu_gets_a_clear_error():
+    result = _python("""
+        import os
+        os.environ.pop("TRITON_INTERPRET", None)
+        import triton, torch, mha
+        if torch.cuda.is_available():
+            print("has a GPU")
+        else:
+            try:
+                mha.flash_attention(torch.zeros(1, 1, 4, 16), torch.zeros(1, 1, 4, 16), torch.zeros(1, 1, 4, 16))
+            except ImportError as e:
+                print(e)
+        """)
+    assert result.returncode == 0, result.stderr
+    assert "has a GPU" in result.stdout or "before importing triton" in result.stdout
