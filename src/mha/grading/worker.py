@@ -275,6 +275,7 @@ def run(jobdir: str, cfg, progress_fd: int, plain) -> None:
     load_errors = []
     with open(os.path.join(jobdir, "submission.py"), encoding="utf-8") as f:
         source = f.read()
+    _register_source("<submission>", source)
     tree = ast.parse(source)
     for stmt in tree.body:  # one statement at a time: a failing import spoils only its users
         try:
@@ -316,6 +317,15 @@ def run(jobdir: str, cfg, progress_fd: int, plain) -> None:
         _write(os.path.join(out, f"{i}.bin"), data)
         _write(os.path.join(out, f"{i}.json"), json.dumps({"results": results, "arrays": index}).encode())
         say(f"D {i}")
+
+
+def _register_source(filename: str, source: str) -> None:
+    """Make the submission's source readable by ``inspect.getsource``, as IPython does for
+    a notebook's cells: Triton's @triton.jit reads a kernel's source to run it (without
+    it, Triton's interpreter runs the function unrewritten, and its compiler refuses it)."""
+    import linecache
+
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
 
 def _write(path: str, data: bytes) -> None:
