@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NBDIR  := _build/nbtest
 
-.PHONY: venv book site notebooks nbval test test-lib lab bench constraints clean
+.PHONY: venv book site notebooks nbval test test-lib test-gpu lab bench constraints clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,12 @@ test: $(STAMP)
 # "site"): a quick run while editing src/.
 test-lib: $(STAMP)
 	$(BIN)/python -m pytest tests -n 2 -m "not site"
+
+# The Triton kernels of lesson 14 at the lengths a GPU reaches (T = 4096 to 16384), and their
+# peak memory against SDPA's; on a machine without a CUDA GPU every test is skipped. `make
+# test` runs the same checks at small sizes in Triton's interpreter (tests/test_flash.py).
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest tests/test_flash_gpu.py tests/test_flash.py -v -rs
 
 # JupyterLab on the lessons: a lesson's .md opens as a notebook (jupytext) with a double
 # click, and `import mha` finds the package installed in .venv in editable mode.

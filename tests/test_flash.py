@@ -29,12 +29,13 @@ import triton.language as tl  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
+DEVICE = "cpu" if flash.interpreted() else "cuda"   # make test-gpu runs this file on a GPU too
 TOL = {torch.float32: 2e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}   # max abs error, values ~1
 
 
 def draw(B, H, Tq, Tk, d, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, d, generator=g).to(dtype) for T in (Tq, Tk, Tk)]
+    return [torch.randn(B, H, T, d, generator=g).to(DEVICE, dtype) for T in (Tq, Tk, Tk)]
 
 
 def reference(q, k, v, grad, is_causal, scale):
@@ -54,7 +55,7 @@ def run_flash(q, k, v, grad, is_causal=False, scale=None):
 
 def max_errors(q, k, v, is_causal=False, scale=None, seed=1):
     """Largest |flash - float64 reference| of out, dq, dk, dv."""
-    grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q.dtype)
+    grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(DEVICE, q.dtype)
     got = run_flash(q, k, v, grad, is_causal, scale)
     want = reference(q, k, v, grad, is_causal, scale)
     for g, w in zip(got, want):
@@ -92,7 +93,7 @@ def test_custom_scale(scale):
 def test_every_block_shape_gives_the_same_numbers(blocks, is_causal):
     """Query blocks smaller, larger and equal to key blocks: every causal band shape."""
     q, k, v = draw(1, 1, 45, 70, 16)
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(3))
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(3)).to(DEVICE)
     s = 0.25
     out, lse = flash.forward(q, k, v, is_causal, s, blocks)
     grads = flash.backward(q, k, v, out, lse, do, is_causal, s, blocks)
@@ -104,7 +105,7 @@ def test_every_block_shape_gives_the_same_numbers(blocks, is_causal):
 def test_fully_masked_rows_give_zeros_never_nan_in_value_and_gradients():
     """Causal with Tq > Tk: query i sees keys j <= i - (Tq - Tk), so the first 20 rows see none."""
     q, k, v = draw(1, 2, 30, 10, 16)
-    grad = torch.randn(q.shape)
+    grad = torch.randn(q.shape, device=DEVICE)
     out, dq, dk, dv = run_flash(q, k, v, grad, is_causal=True)
     assert torch.equal(out[:, :, :20], torch.zeros_like(out[:, :, :20]))
     assert torch.equal(dq[:, :, :20], torch.zeros_like(dq[:, :, :20]))
@@ -125,7 +126,7 @@ def test_saved_log_sum_exp_is_the_rows_logsumexp_in_base_2():
     scale = 0.3
     _, lse = flash.forward(q, k, v, True, scale)
     scores = (q.double() @ k.double().transpose(-2, -1)) * scale
-    scores = scores.masked_fill(~mha.causal_mask(23, 31), float("-inf"))
+    scores = scores.masked_fill(~mha.causal_mask(23, 31, device=DEVICE), float("-inf"))
     assert torch.allclose(lse.double(), torch.logsumexp(scores, dim=-1) / math.log(2), atol=1e-5)
 
 
@@ -136,7 +137,7 @@ def test_empty_rows_save_plus_infinity_as_log_sum_exp():
 
 
 def test_non_contiguous_inputs():
-    x = torch.randn(2, 19, 2, 16)                      # (B, T, h, d): a view (B, h, T, d) of it
+    x = torch.randn(2, 19, 2, 16, device=DEVICE)       # (B, T, h, d): a view (B, h, T, d) of it
     q = k = v = x.transpose(1, 2)
     assert not q.is_contiguous()
     assert max(max_errors(q, k, v, is_causal=True)) < TOL[torch.float32]
@@ -148,7 +149,7 @@ def test_empty_sequences():
     q, k, v = (t.requires_grad_() for t in draw(1, 2, 4, 0, 16))
     out = mha.flash_attention(q, k, v)
     out.sum().backward()
-    assert torch.equal(out, torch.zeros(1, 2, 4, 16)) and torch.equal(q.grad, torch.zeros_like(q))
+    assert torch.equal(out, torch.zeros(1, 2, 4, 16, device=DEVICE)) and torch.equal(q.grad, torch.zeros_like(q))
 
 
 # ----------------------------------------------------------------------------- dtypes
@@ -162,10 +163,11 @@ def test_half_precision_matches_float64_within_its_rounding(dtype):
 def test_bfloat16_is_computed_in_float32_by_the_interpreter_and_returned_as_bfloat16():
     """The interpreter's tl.dot multiplies bfloat16 bit patterns as integers, so the
     kernels get float32 copies; the result is the float32 result rounded to bfloat16."""
+    if not flash.interpreted():
+        pytest.skip("on a GPU, bfloat16 tiles are multiplied as bfloat16")
     q, k, v = draw(1, 1, 20, 20, 16, torch.bfloat16)
     out = mha.flash_attention(q, k, v, is_causal=True)
     assert out.dtype == torch.bfloat16
-    assert flash.interpreted()
     expected = mha.flash_attention(q.float(), k.float(), v.float(), is_causal=True).to(torch.bfloat16)
     assert torch.equal(out, expected)
 
@@ -192,11 +194,11 @@ def test_block_ranges_match_the_mask_tile_by_tile():
     for (Tq, Tk, bm, bn), causal in [(s, c) for s in shapes for c in (True, False)]:
         allowed = mha.causal_mask(Tq, Tk) if causal else torch.ones(Tq, Tk, dtype=torch.bool)
         n = max(-(-Tq // bm), -(-Tk // bn))
-        got = torch.zeros(n, 4, dtype=torch.int32)
+        got = torch.zeros(n, 4, dtype=torch.int32, device=DEVICE)
         block_ranges[(n,)](got, Tq, Tk, IS_CAUSAL=causal, BLOCK_M=bm, BLOCK_N=bn)
         where = (Tq, Tk, bm, bn, causal)
         for i in range(-(-Tq // bm)):                              # query block i: its key blocks
-            full, end = got[i, :2].tolist()
+            full, end = got[i, :2].tolist()                        # (got is tiny: .tolist() is fine)
             for j in range(-(-Tk // bn)):
                 tile = allowed[i * bm:(i + 1) * bm, j * bn:(j + 1) * bn]
                 whole = bool(tile.all()) and tile.shape[1] == bn   # a shorter last block is masked
@@ -235,7 +237,7 @@ def test_bad_input_is_named():
     for args, kwargs, error, message in cases:
         with pytest.raises(error, match=message):
             mha.flash_attention(*args, **kwargs)
-    wide = torch.zeros(1, 1, 4, 256)
+    wide = torch.zeros(1, 1, 4, 256, device=DEVICE)
     with pytest.raises(ValueError, match="16 <= d <= 128"):
         mha.flash_attention(wide, wide, wide)
 

@@ -3,6 +3,7 @@
     mha bench                       # CPU: B=4, C=512, h=8, causal, fp32, 2 threads
     mha bench --device cuda --dtype bfloat16 --lengths 1024 2048 4096 8192
     mha bench --backends tiled raw-sdpa --block-size 128   # FlashAttention's forward, in torch
+    mha bench --backends flash      # the Triton kernels against SDPA on a GPU (mha.flash_bench)
 
 Compared, on the same inputs and weights:
     mha-sdpa     mha.MultiHeadAttention(backend="sdpa")
@@ -39,7 +40,7 @@ from .module import MultiHeadAttention
 from .tiled import tiled_attention
 
 BACKENDS = ("mha-sdpa", "mha-naive", "torch-mha", "raw-sdpa")   # the default set
-CHOICES = BACKENDS + ("tiled",)
+CHOICES = BACKENDS + ("tiled", "flash")   # flash: the kernel benchmark of mha.flash_bench
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -209,6 +210,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _asks_for_flash(argv):
+        from . import flash_bench
+
+        return flash_bench.main(argv)
     args = parser().parse_args(argv)
     if args.block_size < 1:
         print(f"error: --block-size must be >= 1, got {args.block_size}", file=sys.stderr)
@@ -228,6 +234,19 @@ def main(argv=None) -> int:
         json.dump(results, f, indent=1)
     print(f"\nwrote {args.json} ({results['seconds']:.0f} s)")
     return 0
+
+
+def _asks_for_flash(argv) -> bool:
+    """`mha bench --backends flash` is the kernel benchmark (mha.flash_bench), with its own
+    options; flash together with the layer backends is an error of that benchmark."""
+    if "--backends" not in argv:
+        return False
+    named = []
+    for word in argv[argv.index("--backends") + 1:]:
+        if word.startswith("-"):
+            break
+        named.append(word)
+    return "flash" in named
 
 
 if __name__ == "__main__":
