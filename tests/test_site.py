@@ -53,7 +53,7 @@ COURSE_PLAN = [  # the fixed file names of the course plan, in order
     "01-one-head", "02-why-multiple-heads", "03-dimension-math", "04-parameter-counts",
     "05-causal-masking", "06-the-layer-step-by-step", "07-cross-attention", "08-gradients",
     "09-cost-of-attention", "10-flash-attention", "11-kv-cache-gqa-mla", "12-pytorch-built-ins",
-    "13-induction-heads",
+    "13-induction-heads", "14-flash-attention-in-triton",
 ]
 
 

@@ -166,20 +166,31 @@ def _len_bucket(*lengths: int) -> int:
     return 1 << (max(lengths) - 1).bit_length()     # the autotuner tunes once per power of two
 
 
-def _launch(kernel, grid_rows: int, block_name: str, bh: int, args, constants, blocks: Blocks | None):
-    """Launch ``kernel`` over (row blocks, heads): a fixed configuration in the interpreter,
-    or the autotuned one on a GPU (the grid then depends on the block size it picks)."""
-    if interpreted() or blocks is not None:
-        b = blocks or INTERPRETER_BLOCKS
-        size = b.m if block_name == "BLOCK_M" else b.n
-        grid = (triton_cdiv(grid_rows, size), bh)
-        kernel[grid](*args, BLOCK_M=b.m, BLOCK_N=b.n, **constants)
-    else:
-        tuned = kernels().tuned(kernel)
-        tuned[lambda meta: (triton_cdiv(grid_rows, meta[block_name]), bh)](*args, **constants)
+def _fixed_blocks(blocks: Blocks | None) -> Blocks | None:
+    """The blocks to launch with: those given (tests), the interpreter's one configuration,
+    or None on a GPU, where the autotuner chooses."""
+    if blocks is not None:
+        return blocks
+    return INTERPRETER_BLOCKS if interpreted() else None
 
 
-def triton_cdiv(a: int, b: int) -> int:
+def _launch(kernel, n_rows: int, block_name: str, heads: int, args, constants, blocks: Blocks | None):
+    """Launch ``kernel`` over (blocks of ``n_rows`` rows, heads); ``block_name`` says which
+    block size cuts the rows ("BLOCK_M" for queries, "BLOCK_N" for keys)."""
+    fixed = _fixed_blocks(blocks)
+    if fixed is not None:
+        size = fixed.m if block_name == "BLOCK_M" else fixed.n
+        kernel[(_cdiv(n_rows, size), heads)](*args, BLOCK_M=fixed.m, BLOCK_N=fixed.n, **constants, **FUSED)
+    else:  # the grid depends on the block size the autotuner picks
+        kernels().tuned(kernel)[lambda meta: (_cdiv(n_rows, meta[block_name]), heads)](*args, **constants, **FUSED)
+
+
+# Multiply-adds fused on the GPU (s * scale - max is one instruction), asked for explicitly:
+# Triton 3.9 warns that its default will change. (The interpreter ignores the option.)
+FUSED = {"enable_fp_fusion": True}
+
+
+def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
@@ -210,9 +221,9 @@ def backward(q, k, v, out, lse, grad_out, is_causal: bool, scale: float, blocks:
     consts = dict(HEAD_DIM=d, BLOCK_D=_block_d(d))
     delta = torch.empty_like(lse)                                       # (B, h, Tq) float32
     ker = kernels()
-    preprocess_rows = (blocks or INTERPRETER_BLOCKS).m if (interpreted() or blocks) else 64
-    ker.flash_backward_delta_kernel[(triton_cdiv(Tq, preprocess_rows), B * H)](
-        out, grad_out, delta, Tq, BLOCK_M=preprocess_rows, **consts)
+    rows = (_fixed_blocks(blocks) or Blocks(m=64)).m                   # D: a light kernel, no tuning
+    ker.flash_backward_delta_kernel[(_cdiv(Tq, rows), B * H)](out, grad_out, delta, Tq, BLOCK_M=rows, **consts,
+                                                              **FUSED)
     consts.update(IS_CAUSAL=is_causal, PRECISION=_precision(work))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     bucket = _len_bucket(Tq, Tk)

@@ -59,7 +59,7 @@ def softmax_chunks_kernel(x_ptr, out_ptr, n_rows, n_cols, ROWS: tl.constexpr, CH
 def softmax_online_in_chunks(x):
     x = x.contiguous()
     out = torch.empty_like(x)
-    softmax_chunks_kernel[(triton.cdiv(x.shape[0], 4),)](x, out, x.shape[0], x.shape[1], ROWS=4, CHUNK=32)
+    softmax_chunks_kernel[(triton.cdiv(x.shape[0], 4),)](x, out, x.shape[0], x.shape[1], ROWS=4, CHUNK=64)
     return out
 
 

@@ -64,27 +64,30 @@ def _softmax_unguarded(x):
     return torch.softmax(x.float(), dim=-1).to(x.dtype)        # NaN on an all -inf row
 
 
-def _softmax_case(g, R, C, dtype=torch.float32, note=""):
-    """Random rows with a few -inf entries; row 0 has scores near +-1000 (exp overflows
-    without the max), and the last row, when R > 2, is all -inf. Every mistake below shows
-    in one such case when C is not a power of two."""
-    x = _randn(g, R, C, dtype=torch.float64, scale=2.0)
-    x[torch.rand(R, C, generator=g) < 0.2] = NEG_INF
-    x[0] = _randn(g, C, dtype=torch.float64) + 1000.0 * (1 if _int(g, 0, 1) else -1)
-    if R > 2:
-        x[-1] = NEG_INF
+def _softmax_case(g, C, dtype=torch.float32, *, last="random", note=""):
+    """Two rows of C scores: row 0 near +1000 or -1000 (exp overflows or underflows without
+    the max), row 1 random with a few -inf entries (last="random") or all -inf
+    (last="masked"). With C not a power of two, the padded lanes of a block matter."""
+    x = _randn(g, 2, C, dtype=torch.float64, scale=2.0)
+    big = 1000.0 * (1 if _int(g, 0, 1) else -1)
+    x[0] += big
+    x[torch.rand(2, C, generator=g) < 0.2] = NEG_INF
+    x[:, 0] = torch.tensor([big, 0.5], dtype=torch.float64)    # each row keeps a finite score
+    if last == "masked":
+        x[1] = NEG_INF
     return Case((x.to(dtype),), note=note)
 
 
 def _softmax_public(g):
     return [Case((torch.tensor([[1.0, 2.0, 3.0], [0.0, NEG_INF, 0.0]]),), note="3 columns, one masked entry"),
-            _softmax_case(g, 3, 20, note="row 0 near +-1000, row 2 all -inf"),
-            _softmax_case(g, 4, 37, torch.float16, note="float16, 37 columns")]
+            _softmax_case(g, 20, last="masked", note="row 0 near +-1000, row 1 all -inf"),
+            _softmax_case(g, 37, torch.float16, note="float16, 37 columns")]
 
 
 def _softmax_hidden(g):
-    return [_softmax_case(g, 3, _not_power_of_two(g, 3, 60)),
-            _softmax_case(g, 3, _not_power_of_two(g, 5, 40), torch.float16)]
+    return [_softmax_case(g, _not_power_of_two(g, 3, 60)),
+            _softmax_case(g, _not_power_of_two(g, 3, 40), torch.float16, last="masked"),
+            Case((_randn(g, 1, _int(g, 1, 8), scale=3.0),))]   # one row, a handful of columns
 
 
 ROW_SOFTMAX = Exercise(
@@ -135,9 +138,9 @@ def _delta_public(g):
 
 
 def _delta_hidden(g):
-    return [_delta_case(g, _int(g, 1, 2), _int(g, 1, 2), _int(g, 2, 40), _not_power_of_two(g, 17, 60)),
-            _delta_case(g, _int(g, 1, 2), _int(g, 1, 2), _int(g, 3, 30), _not_power_of_two(g, 17, 40),
-                        torch.float16)]
+    return [_delta_case(g, _int(g, 1, 2), 1, _int(g, 2, 40), _not_power_of_two(g, 17, 60)),
+            _delta_case(g, 1, _int(g, 1, 2), _int(g, 3, 30), _not_power_of_two(g, 17, 40), torch.float16),
+            _delta_case(g, 1, 1, 1, _int(g, 16, 64))]           # a single row
 
 
 ATTENTION_DELTA = Exercise(
@@ -233,9 +236,9 @@ def _fix_public(g):
 
 
 def _fix_hidden(g):
-    tk = _ragged(g, 5, 24)
-    return [_fix_case(g, _int(g, 3, 24), _ragged(g, 5, 30), False),
-            _fix_case(g, _int(g, 3, 16), _int(g, 17, 30), True, d=_int(g, 1, 2) * 16),
+    tk = _ragged(g, 5, 15)
+    return [_fix_case(g, _int(g, 3, 20), _ragged(g, 5, 24), False),
+            _fix_case(g, _int(g, 3, 12), _int(g, 13, 24), True, d=_int(g, 1, 2) * 16),
             _fix_case(g, tk + _int(g, 1, 8), tk, True)]
 
 

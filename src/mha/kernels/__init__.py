@@ -7,10 +7,13 @@ Importing this package imports Triton and decides how its kernels run:
   in Triton's interpreter, which executes the same kernel source on the CPU with numpy:
   right for checking that a kernel is correct, and no guide at all to its speed.
 
-The interpreter must be chosen before any kernel is defined, because ``@triton.jit`` reads
-the setting when it decorates a function. So the kernel modules of this package
-(``attention``) are imported only after this file has run, and a notebook that defines its
-own kernels imports ``mha.kernels`` first (``INTERPRETER`` then says which way they run).
+The interpreter must be chosen before Triton is imported: ``@triton.jit`` reads the setting
+when it decorates a function, and Triton's own library (``tl.zeros``, ``tl.sum``...) is made
+of such functions, decorated on import. So this package imports Triton itself, after
+choosing; the kernel modules (``attention``) are imported after it; and a notebook that
+defines its own kernels imports ``mha.kernels`` before ``triton`` (``INTERPRETER`` then says
+which way they run). A Triton imported earlier, without the interpreter, on a machine
+without a GPU, cannot be switched over: that is an ImportError that says what to do.
 
 Triton publishes wheels for Linux only. Where it does not install (macOS, Windows),
 importing this package raises an ImportError that says so and names the plain-torch

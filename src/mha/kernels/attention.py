@@ -29,7 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
+LOG2E = tl.constexpr(1.4426950408889634)   # log2(e), exp(x) = exp2(x * log2(e)); a kernel may read only constexpr globals
 
 
 # ----------------------------------------------------------------------------- helpers
