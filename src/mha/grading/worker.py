@@ -321,8 +321,9 @@ def run(jobdir: str, cfg, progress_fd: int, plain) -> None:
 
 def _register_source(filename: str, source: str) -> None:
     """Make the submission's source readable by ``inspect.getsource``, as IPython does for
-    a notebook's cells: Triton's @triton.jit reads a kernel's source to run it (without
-    it, Triton's interpreter runs the function unrewritten, and its compiler refuses it)."""
+    a notebook's cells: Triton's interpreter reads a kernel's source to rewrite it before
+    running it. Without the source it runs the function as written, silently wrong where
+    the rewriting matters (``lo <= x < hi`` then means ``x < hi``)."""
     import linecache
 
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
