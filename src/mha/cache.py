@@ -11,7 +11,7 @@ token: a step would read and write every cached key and value once more, on top 
 read that attention needs, and 16,384 appends would move O(T^2) bytes in all. These caches
 keep a buffer with room to spare along the time axis, write the new tokens into it in
 place, and return views of its filled part. When the buffer is full, it is replaced by one
-twice as long (a copy of what is cached, as a growing Python list or C++ vector does), so
+twice as long (a copy of what is cached; a C++ vector grows the same way), so
 the copies add up to less than twice the final size. With `capacity=N` the buffer is
 allocated once, N positions long, and never grows; an update past N raises. A returned view
 stays valid: later updates write only past its end, and a regrown buffer is a new tensor.
