@@ -166,3 +166,42 @@ def test_latent_cache_bytes_rejects_non_positive_ints(arg):
     kwargs[arg] = 0
     with pytest.raises(ValueError, match=arg):
         mha.latent_cache_bytes(**kwargs)
+
+
+@pytest.mark.parametrize("h, g", [(4, 4), (4, 2), (8, 1)])
+def test_attention_flops_with_num_kv_heads_equals_the_flop_counter_on_the_naive_layer(h, g):
+    from torch.utils.flop_counter import FlopCounterMode
+    B, T, C = 2, 12, 32
+    layer = mha.MultiHeadAttention(C, h, num_kv_heads=g, backend="naive")
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        layer(torch.randn(B, T, C))
+    assert mha.attention_flops(B, T, C, num_heads=h, num_kv_heads=g) == counter.get_total_flops()
+
+
+def test_attention_flops_with_as_many_kv_heads_as_heads_is_the_multi_head_count():
+    assert mha.attention_flops(2, 7, 16, num_heads=4, num_kv_heads=4) == mha.attention_flops(2, 7, 16)
+    assert mha.attention_flops(2, 7, 16, kv_len=3, num_heads=4, num_kv_heads=1) < mha.attention_flops(2, 7, 16, kv_len=3)
+
+
+@pytest.mark.parametrize("kwargs, error, word", [
+    (dict(num_kv_heads=2), ValueError, "num_heads"),
+    (dict(num_heads=4), ValueError, "num_kv_heads"),
+    (dict(num_heads=4, num_kv_heads=3), ValueError, "divide"),
+    (dict(num_heads=5, num_kv_heads=1), ValueError, "divide"),
+    (dict(num_heads=4, num_kv_heads=0), ValueError, "num_kv_heads"),
+    (dict(num_heads=4, num_kv_heads=2.0), TypeError, "num_kv_heads"),
+])
+def test_attention_flops_rejects_bad_head_counts_naming_them(kwargs, error, word):
+    with pytest.raises(error, match=word):
+        mha.attention_flops(1, 8, 16, **kwargs)
+
+
+def test_llama3_8b_attention_crosses_over_at_5120_tokens():
+    cfg = mha.PRESETS["Llama-3-8B"]
+    kw = dict(num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads)
+
+    def core_share(T):
+        return 4 * T * T * cfg.d_model / mha.attention_flops(1, T, cfg.d_model, **kw)
+
+    assert core_share(5120) == 0.5 and core_share(5119) < 0.5 < core_share(5121)

@@ -249,3 +249,67 @@ def test_latent_cache_update_checks_shapes_and_reset_empties_it():
     assert len(cache) == 3
     cache.reset()
     assert len(cache) == 0 and cache.nbytes() == 0
+
+
+# --- the absorbed form as the decoding form: nothing precomputed, the cache read in place ---
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+
+class LargestNewTensor(TorchDispatchMode):
+    """The number of elements of the largest tensor any operation creates (views excluded)."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in torch.utils._pytree.tree_leaves((args, kwargs))
+                  if isinstance(a, torch.Tensor)}
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def test_an_absorbed_decoding_step_reads_the_cache_in_place_and_builds_no_keys():
+    m = mha.MultiHeadLatentAttention(32, 2, kv_latent_dim=48, rope_dim=8, head_dim=16).eval()
+    cache, T = mha.LatentCache(), 200
+    with torch.no_grad():
+        m(rand(1, T, 32), is_causal=True, cache=cache)
+        m(rand(1, 1, 32, seed=4), cache=cache)          # the buffer grows here, to 400 positions
+        with LargestNewTensor() as absorbed:
+            m(rand(1, 1, 32, seed=2), cache=cache, absorb=True)
+        with LargestNewTensor() as explicit:
+            m(rand(1, 1, 32, seed=3), cache=cache)
+    assert absorbed.largest < T * 8             # the scores, 2 heads x T; no copy of T x (48 + 8)
+    assert explicit.largest >= T * 2 * 16       # the explicit form rebuilds every cached key
+
+
+@pytest.mark.parametrize("change", ["fused Adam step", "write through .data", "load_state_dict"])
+def test_the_absorbed_form_follows_every_change_of_the_weights(change):
+    m = make(torch.float64)
+    x = rand(1, 6, 32, dtype=torch.float64)
+    with torch.no_grad():
+        before = m(x, is_causal=True, absorb=True)
+    if change == "fused Adam step":              # fused Adam does not bump the tensors' version counters
+        opt = torch.optim.Adam(m.parameters(), lr=0.1, fused=True)
+        m(x, is_causal=True, absorb=True).sum().backward()
+        opt.step()
+    elif change == "write through .data":        # .data has a version counter of its own
+        m.w_uv.weight.data.mul_(2)
+        m.w_o.weight.data.add_(0.1)
+    else:
+        m.load_state_dict(make(torch.float64, seed=5).state_dict())
+    with torch.no_grad():
+        after, explicit = m(x, is_causal=True, absorb=True), m(x, is_causal=True)
+    assert not torch.allclose(after, before)
+    torch.testing.assert_close(after, explicit, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("absorb", [False, True])
+def test_decoding_past_the_first_buffers_growth_equals_the_full_causal_forward(absorb):
+    m = make(torch.float64)
+    x = rand(1, 40, 32, dtype=torch.float64)               # 40 tokens: the buffer grows 16 -> 32 -> 64
+    torch.testing.assert_close(decode(m, x, [1] * 40, absorb), m(x, is_causal=True), rtol=0, atol=1e-12)

@@ -196,3 +196,37 @@ def test_gradient_is_the_inverse_rotation():
     g = rand(5, 8, seed=9, dtype=torch.float64)
     (mha.apply_rope(x) * g).sum().backward()
     torch.testing.assert_close(x.grad, mha.apply_rope(g, -torch.arange(5)), rtol=0, atol=1e-12)
+
+
+def _decode_with_rope(q, k, v, restart_positions):
+    """q, k, v (B, h, T, d) before RoPE: a prompt of 3 tokens then one at a time through a
+    KVCache holding rotated keys; new tokens rotated at len(cache) or, the bug, from 0."""
+    cache, outs, start, T = mha.KVCache(), [], 0, q.shape[-2]
+    for n in [3] + [1] * (T - 3):
+        sl = slice(start, start + n)
+        pos = torch.arange(n) if restart_positions else torch.arange(len(cache), len(cache) + n)
+        k_all, v_all = cache.update(mha.apply_rope(k[..., sl, :], pos), v[..., sl, :])
+        outs.append(mha.scaled_dot_product_attention(mha.apply_rope(q[..., sl, :], pos), k_all, v_all,
+                                                     is_causal=True)[0])
+        start += n
+    return torch.cat(outs, dim=-2)
+
+
+def _qkv_and_full_pass():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 10, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    pos = torch.arange(10)
+    full, _ = mha.scaled_dot_product_attention(mha.apply_rope(q, pos), mha.apply_rope(k, pos), v, is_causal=True)
+    return q, k, v, full
+
+
+def test_cached_decoding_with_rope_at_the_caches_length_equals_the_full_pass():
+    q, k, v, full = _qkv_and_full_pass()
+    torch.testing.assert_close(_decode_with_rope(q, k, v, False), full, rtol=0, atol=1e-12)
+
+
+def test_cached_decoding_with_positions_restarting_at_zero_is_wrong_after_the_prompt():
+    q, k, v, full = _qkv_and_full_pass()
+    wrong = _decode_with_rope(q, k, v, True)
+    torch.testing.assert_close(wrong[..., :3, :], full[..., :3, :], rtol=0, atol=1e-12)
+    assert (wrong[..., 3:, :] - full[..., 3:, :]).abs().max() > 0.05

@@ -30,18 +30,34 @@ def count_parameters(embed_dim: int, num_heads: int, *, num_kv_heads: int | None
     return weights + biases
 
 
-def attention_flops(batch: int, seq_len: int, embed_dim: int, *, kv_len: int | None = None) -> int:
+def attention_flops(batch: int, seq_len: int, embed_dim: int, *, kv_len: int | None = None,
+                    num_heads: int | None = None, num_kv_heads: int | None = None) -> int:
     """Floating-point operations of one attention layer's forward pass (a multiply-add = 2).
 
-    Projections: Q and O on seq_len rows, K and V on kv_len rows, each 2 * C^2 per row.
-    Attention: Q K^T and weights @ V, each 2 * seq_len * kv_len * C (summed over heads,
-    so the number of heads does not change it). With kv_len = seq_len = T:
-    8 B T C^2 + 4 B T^2 C. Softmax and masking are ignored (lower order).
+    Projections: Q and O on seq_len rows, each 2 * C^2 per row; K and V on kv_len rows, each
+    2 * C * w per row, where w = C for multi-head attention and w = num_kv_heads * C /
+    num_heads with grouped-query attention (pass both num_heads and num_kv_heads).
+    Attention: Q K^T and weights @ V, each 2 * seq_len * kv_len * C (summed over the query
+    heads, so the number of heads does not change it, nor does sharing K/V heads). With
+    kv_len = seq_len = T and multi-head attention: 8 B T C^2 + 4 B T^2 C. Softmax and
+    masking are ignored (lower order).
     """
     for name, v in (("batch", batch), ("seq_len", seq_len), ("embed_dim", embed_dim)):
         check_int(name, v)
     kv_len = seq_len if kv_len is None else check_int("kv_len", kv_len)
-    projections = 2 * batch * embed_dim * embed_dim * (2 * seq_len + 2 * kv_len)
+    kv_width = embed_dim
+    if num_kv_heads is not None or num_heads is not None:
+        if num_heads is None or num_kv_heads is None:
+            raise ValueError("attention_flops needs num_heads and num_kv_heads together (the K/V width is "
+                             f"num_kv_heads * embed_dim // num_heads), got num_heads={num_heads!r}, "
+                             f"num_kv_heads={num_kv_heads!r}")
+        check_int("num_heads", num_heads)
+        check_int("num_kv_heads", num_kv_heads)
+        if embed_dim % num_heads or num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} must divide embed_dim={embed_dim}, and num_kv_heads="
+                             f"{num_kv_heads} must divide num_heads")
+        kv_width = num_kv_heads * (embed_dim // num_heads)
+    projections = 2 * batch * embed_dim * (2 * seq_len * embed_dim + 2 * kv_len * kv_width)
     attention = 2 * 2 * batch * seq_len * kv_len * embed_dim
     return projections + attention
 

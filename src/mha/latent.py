@@ -14,12 +14,23 @@ RoPE cannot live inside k_C: a rotation that depends on the key's position would
 W_UK and c_KV, so W_UK could no longer be folded into the queries. The rotated part is kept
 apart (the "decoupled" RoPE key) and cached as it is.
 
-Absorbed form (absorb=True, for inference): q_C . (W_UK_i c) = (W_UK_i^T q_C) . c, so each
+Absorbed form (absorb=True, for decoding): q_C . (W_UK_i c) = (W_UK_i^T q_C) . c, so each
 head's query moves into the latent space and attends directly to the cached c_KV; and
-W_O_i (W_UV_i c) folds W_UV into W_O. Attention then runs on one shared key head
-[c_KV; k_R] of width d_c + d_r and one shared value head c_KV: multi-query attention over
-the cache. Same numbers as the explicit form. DeepSeek-V2 adds normalisation layers after
-the latents; this module leaves them out.
+W_O_i (W_UV_i sum_j p_j c_j) lets W_UV act once on the attended latent instead of on every
+cached token. Attention then runs on ONE key head [c_KV; k_R] of width d_c + d_r and ONE
+value head c_KV: multi-query attention over the cache, computed here with every head's
+queries as rows of one matrix against that key head (no copy of the cache per head). Same
+numbers as the explicit form.
+
+W_UV could also be multiplied into W_O once and for all (the paper's "absorbed into W_O"),
+but that product is C x h d_c, d_c / d times larger than W_O, so reading it at every step
+costs more than the two small products it replaces (DeepSeek-V2's d_c = 4 d). This module,
+like vLLM's decoding path, applies W_UK to the queries and W_UV to the attended latents
+with the weights as they are: nothing is precomputed, so nothing can go stale when the
+weights change (training, load_state_dict, an optimizer step), and gradients flow as in
+the explicit form. The explicit form costs less for long chunks of new tokens (a prefill):
+it rebuilds keys and values once per token instead of widening every query to d_c + d_r.
+DeepSeek-V2 adds normalisation layers after the latents; this module leaves them out.
 """
 
 from __future__ import annotations
@@ -116,8 +127,10 @@ class MultiHeadLatentAttention(nn.Module):
             cache: a LatentCache; the new tokens' c_KV and RoPE key are appended to it, and
                 their positions continue from len(cache). More than one new token needs
                 is_causal=True.
-            absorb: the inference form (W_UK folded into the queries, W_UV into W_O); same
-                numbers. Not available with bias=True.
+            absorb: the decoding form (W_UK absorbed into the queries, W_UV applied to the
+                attended latents, one key head [c_KV; k_R] read in place from the cache);
+                same numbers, much less work per new token over a long cache. Not available
+                with bias=True.
         """
         check_tensor("x", x, dims=3, floating=True)
         if x.shape[-1] != self.embed_dim:
@@ -145,7 +158,8 @@ class MultiHeadLatentAttention(nn.Module):
 
         scale = 1.0 / math.sqrt(self.head_dim + self.rope_dim)
         if absorb:
-            return self._absorbed(q_c, q_r, c_kv, k_r, scale, is_causal)
+            keys = cache.entries if cache is not None else torch.cat([c_kv, k_r], dim=-1)   # (B, Tk, d_c + d_r)
+            return self._absorbed(q_c, q_r, keys, scale, is_causal)
         k_c = split_heads(self.w_uk(c_kv), h)                                   # (B, h, Tk, d)
         v = split_heads(self.w_uv(c_kv), h)                                     # (B, h, Tk, d)
         q = torch.cat([q_c, q_r], dim=-1)                                       # (B, h, T, d + d_r)
@@ -153,17 +167,20 @@ class MultiHeadLatentAttention(nn.Module):
         out = _attend(q, k, v, scale, is_causal)                                # (B, h, T, d)
         return self.w_o(merge_heads(out))                                       # (B, T, C)
 
-    def _absorbed(self, q_c, q_r, c_kv, k_r, scale, is_causal):
-        h, d, d_c, C = self.num_heads, self.head_dim, self.kv_latent_dim, self.embed_dim
-        w_uk = self.w_uk.weight.view(h, d, d_c)                     # head i's W_UK: (d, d_c)
-        q_lat = q_c @ w_uk                                          # (B, h, T, d) @ (h, d, d_c) -> (B, h, T, d_c)
-        q = torch.cat([q_lat, q_r], dim=-1)                         # (B, h, T, d_c + d_r)
-        k = torch.cat([c_kv, k_r], dim=-1)[:, None]                 # (B, 1, Tk, d_c + d_r): one key head
-        v = c_kv[:, None]                                           # (B, 1, Tk, d_c): one value head
-        lat = _attend(q, k.expand(-1, h, -1, -1), v.expand(-1, h, -1, -1), scale, is_causal)  # (B, h, T, d_c)
-        w_o = self.w_o.weight.view(C, h, d)                         # W_O's columns per head
-        w_ouv = torch.einsum("chd,hde->che", w_o, self.w_uv.weight.view(h, d, d_c))   # (C, h, d_c)
-        return F.linear(merge_heads(lat), w_ouv.reshape(C, h * d_c), self.w_o.bias)  # (B, T, C)
+    def _absorbed(self, q_c, q_r, keys, scale, is_causal):
+        """Attention in the latent space. keys (B, Tk, d_c + d_r) = [c_KV; k_R] per token, the
+        one key head; its first d_c columns are the one value head."""
+        h, d, d_c = self.num_heads, self.head_dim, self.kv_latent_dim
+        B, T, Tk = q_c.shape[0], q_c.shape[2], keys.shape[1]
+        q_lat = q_c @ self.w_uk.weight.view(h, d, d_c)              # (B, h, T, d) @ (h, d, d_c): W_UK absorbed
+        rows = torch.cat([q_lat, q_r], dim=-1).reshape(B, h * T, d_c + q_r.shape[-1])   # every head's queries as rows
+        scores = (rows @ keys.transpose(-2, -1)) * scale            # (B, h T, Tk): one key head for all rows
+        if is_causal and T > 1:
+            allowed = causal_mask(T, Tk, device=keys.device)        # (T, Tk), bottom-right
+            scores = scores.view(B, h, T, Tk).masked_fill(~allowed, float("-inf")).view(B, h * T, Tk)
+        lat = torch.softmax(scores, dim=-1) @ keys[..., :d_c]       # (B, h T, d_c): the one value head
+        v = lat.view(B, h, T, d_c) @ self.w_uv.weight.view(h, d, d_c).transpose(-2, -1)   # (B, h, T, d): W_UV per head
+        return self.w_o(merge_heads(v))                             # (B, T, C)
 
 
 def _attend(q, k, v, scale, is_causal):

@@ -258,7 +258,12 @@ class MultiHeadAttention(nn.Module):
         return new
 
     def to_torch(self) -> nn.MultiheadAttention:
-        """An equivalent torch.nn.MultiheadAttention (batch_first=True). Needs num_kv_heads == num_heads."""
+        """An equivalent torch.nn.MultiheadAttention (batch_first=True). Needs num_kv_heads == num_heads.
+
+        With bias=False (this class's default) the module has no in_proj_bias, and torch then
+        never takes its inference fast path (its reason string is left empty); build the
+        layer with bias=True if that path matters.
+        """
         if self.num_kv_heads != self.num_heads:
             raise ValueError("to_torch() needs num_kv_heads == num_heads: torch.nn.MultiheadAttention has no GQA")
         w = self.out_proj.weight
