@@ -1,0 +1,235 @@
+"""Calling a graded function: the one procedure that the notebook's ``check`` and the
+grader's sandboxed worker both follow, so that they judge the same thing.
+
+For every case, :func:`run_case`
+1. gives the function private copies of the arguments (non-contiguous where the case says);
+2. replaces the functions the exercise forbids by stand-ins that raise :class:`ForbiddenCall`
+   (``set_traps``), for the length of the call only;
+3. when the exercise audits *how* an answer computes (an exercise with an ``audit``), records
+   every tensor operation of the call, its inputs' and outputs' shapes (:class:`Recorder`);
+4. after the call, notes every argument the function changed, in value or in place (a
+   tensor's version counter counts each in-place operation);
+5. encodes the result as a plain value (:mod:`mha._plain`).
+
+It returns a *record*, a JSON-able dict: the worker writes it to disk for the grader; ``check``
+turns it into an :class:`~mha.exercises.Outcome` through the grader's own reader, so the two
+see the same outcome and print the same verdict.
+
+This module imports only the standard library, and torch lazily, so that the worker can
+load it by path, on its own, before it hides the course package (see ``grading/worker.py``).
+The torch functions it uses after a call are looked up when it is loaded, before any student
+code has run in the worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+MAX_TRACE = 4096      # distinct operations kept in a trace
+MAX_MESSAGE = 300
+
+
+class ForbiddenCall(RuntimeError):
+    """Raised by the stand-ins for functions an exercise may not use."""
+
+
+# ----------------------------------------------------------------------------- traps
+
+def _resolve(dotted: str):
+    """(owner, attribute) for a dotted name such as ``torch.nn.functional.softmax`` or
+    ``torch.Tensor.softmax`` (the owner may be a module or a class); None if it does not
+    exist in this Python."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:cut]))
+        except Exception:
+            continue
+        try:
+            for name in parts[cut:-1]:
+                owner = getattr(owner, name)
+            getattr(owner, parts[-1])
+        except Exception:
+            return None
+        return owner, parts[-1]
+    return None
+
+
+def set_traps(names) -> list:
+    """Replace forbidden attributes (dotted names of functions or methods) by stand-ins that
+    raise ForbiddenCall; returns what :func:`restore` needs."""
+    saved = []
+    for dotted in names:
+        found = _resolve(dotted)
+        if found is None:
+            continue
+        owner, attr = found
+        had_own = attr in getattr(owner, "__dict__", {})
+        original = owner.__dict__[attr] if had_own else getattr(owner, attr)
+
+        def forbidden(*args, _name=dotted, **kwargs):
+            raise ForbiddenCall(f"{_name} is not allowed in this exercise")
+        try:
+            setattr(owner, attr, forbidden)
+        except (AttributeError, TypeError):
+            continue
+        saved.append((owner, attr, original, had_own))
+    return saved
+
+
+def restore(saved) -> None:
+    for owner, attr, original, had_own in reversed(saved):
+        try:
+            if had_own:
+                setattr(owner, attr, original)
+            else:
+                delattr(owner, attr)
+        except Exception:
+            pass
+
+
+# ----------------------------------------------------------------------------- recording
+
+_RECORDER = None
+
+
+def recorder():
+    """A fresh :class:`Recorder` (a TorchDispatchMode, made once torch is imported)."""
+    global _RECORDER
+    if _RECORDER is None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Recorder(TorchDispatchMode):
+            """Records each distinct (operation, input shapes, output shapes, is a view)."""
+
+            def __init__(self):
+                super().__init__()
+                self.seen: dict = {}
+                self.truncated = False
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                try:
+                    key = (str(func.name())[:100], _shapes(args) + _shapes(list((kwargs or {}).values())),
+                           _shapes(out if isinstance(out, (tuple, list)) else [out]),
+                           bool(getattr(func, "is_view", False)))
+                    if key not in self.seen:
+                        if len(self.seen) < MAX_TRACE:
+                            self.seen[key] = None
+                        else:
+                            self.truncated = True
+                except Exception:  # recording must never change what the call does
+                    pass
+                return out
+
+            def entries(self) -> list:
+                return [[name, [list(s) for s in ins], [list(s) for s in outs], view]
+                        for name, ins, outs, view in self.seen]
+
+        _RECORDER = Recorder
+    return _RECORDER()
+
+
+def _shapes(items) -> tuple:
+    import torch
+
+    out = []
+    for a in items:
+        if isinstance(a, torch.Tensor):
+            out.append(tuple(int(n) for n in a.shape))
+        elif isinstance(a, (tuple, list)):
+            out.extend(_shapes(a))
+    return tuple(out[:32])
+
+
+# ----------------------------------------------------------------------------- one call
+
+_TORCH = {}
+
+
+def _torch():
+    """torch functions used after a student's call, looked up once, before any student code
+    runs in the worker (its loader calls this)."""
+    if not _TORCH:
+        import torch
+
+        _TORCH.update(torch=torch, Tensor=torch.Tensor, clone=torch.Tensor.clone,
+                      equal=torch.equal, isnan=torch.isnan, is_floating=torch.is_floating_point,
+                      version=torch.Tensor._version.__get__)
+    return _TORCH
+
+
+def _snapshot(args) -> list:
+    t = _torch()
+    snap = []
+    for a in args:
+        if isinstance(a, t["Tensor"]):
+            snap.append((a, tuple(a.shape), t["clone"](a), t["version"](a)))
+        else:
+            snap.append(None)
+    return snap
+
+
+def _changed(snap) -> list[int]:
+    t = _torch()
+    changed = []
+    for i, s in enumerate(snap):
+        if s is None:
+            continue
+        a, shape, copy, version = s
+        try:
+            same = (t["version"](a) == version and tuple(a.shape) == shape
+                    and (t["equal"](a, copy) or (t["is_floating"](a) and t["equal"](t["isnan"](a), t["isnan"](copy))
+                                                 and t["equal"](a.nan_to_num(0.0, 0.0, 0.0),
+                                                                copy.nan_to_num(0.0, 0.0, 0.0)))))
+        except Exception:
+            same = False
+        if not same:
+            changed.append(i)
+    return changed
+
+
+def run_case(fn, args, *, plain, arrays: dict, noncontiguous=(), traps=(), trace: bool = False) -> dict:
+    """Call ``fn(*args)`` as a graded call and describe what happened as a record.
+
+    ``args`` are the function's own copies (they may be changed by the call); the positions
+    in ``noncontiguous`` are passed in a strided layout. ``arrays`` collects the result's
+    arrays (see :func:`mha._plain.encode`). Never raises for anything ``fn`` does, except
+    KeyboardInterrupt.
+    """
+    args = [plain.noncontiguous(a) if i in noncontiguous else a for i, a in enumerate(args)]
+    snap = _snapshot(args)
+    saved = set_traps(traps)
+    mode = recorder() if trace else None
+    record: dict
+    try:
+        try:
+            if mode is not None:
+                with mode:
+                    value = fn(*args)
+            else:
+                value = fn(*args)
+        finally:
+            restore(saved)
+        record = {"s": "value", "v": plain.encode(value, arrays)}
+    except NotImplementedError:
+        record = {"s": "not-attempted"}
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit and friends score zero
+        record = {"s": "raised", "type": type(e).__name__[:100],
+                  "bases": [c.__name__[:100] for c in type(e).__mro__][:12],
+                  "msg": _message(e)}
+    record["mutated"] = _changed(snap)
+    if mode is not None:
+        record["trace"] = mode.entries()
+        record["truncated"] = mode.truncated
+    return record
+
+
+def _message(e: BaseException) -> str:
+    try:
+        return str(e)[:MAX_MESSAGE]
+    except Exception:
+        return ""
+
