@@ -110,8 +110,8 @@ def test_masked_softmax_hints_name_the_fp16_overflow_and_the_nan_rows(capsys):
 def test_wrong_dtype_and_shape_are_named(capsys):
     check("masking.causal_mask", lambda q, k: torch.ones(q, k).tril(k - q))
     assert "wrong dtype float32: keep the dtype this exercise asks for: expected bool" in capsys.readouterr().out
-    check("dims.merge_heads", lambda x: x)
-    assert "wrong shape: expected (2, 5, 8), got (2, 2, 5, 4)" in capsys.readouterr().out
+    check("dims.heads_into_batch", lambda x, h: x)
+    assert "wrong shape: expected (4, 3, 4), got (3, 2, 8)" in capsys.readouterr().out
 
 
 def test_int_answers_must_be_ints(capsys):
@@ -130,10 +130,10 @@ def test_check_never_raises_and_survives_sys_exit(capsys):
     def leaves(x):
         raise SystemExit(0)
 
-    result = check("dims.merge_heads", leaves)
+    result = check("onehead.stable_softmax", leaves)
     assert result.passed == 0 and "SystemExit" in capsys.readouterr().out
     assert not check("no.such_exercise", leaves).attempted
-    assert not check("dims.merge_heads", 42).attempted
+    assert not check("onehead.stable_softmax", 42).attempted
 
 
 def test_check_flags_the_mha_reference_where_forbidden(capsys):
@@ -182,27 +182,27 @@ def test_masked_softmax_compares_float64_answers_at_float64_precision(capsys):
     assert not verdict.passed and "promote_types" in verdict.message
 
 
-def test_merge_heads_gets_a_non_contiguous_input_and_a_view_on_it_loses_points(capsys):
+def test_heads_into_batch_gets_a_non_contiguous_input_and_a_view_on_it_loses_points(capsys):
     layouts = []
 
-    def records(x):
+    def records(x, h):
         layouts.append(x.is_contiguous())
-        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
+        T, B, C = x.shape
+        return x.reshape(T, B * h, C // h).transpose(0, 1)
 
-    assert check("dims.merge_heads", records).ok
+    assert check("dims.heads_into_batch", records).ok
     assert False in layouts and True in layouts
-    ex = get("dims.merge_heads")
+    ex = get("dims.heads_into_batch")
     assert all(any(c.noncontiguous for c in ex.hidden_cases(seed)) for seed in range(50))
 
-    def views_its_input(x):  # right on a contiguous x only
-        B, h, T, d = x.shape
-        rows = x.view(B, h, T * d)
-        return rows.view(B, h, T, d).permute(0, 2, 1, 3).reshape(B, T, h * d)
+    def views_its_input(x, h):  # right on a contiguous x only
+        T, B, C = x.shape
+        return x.view(T, B * h, C // h).transpose(0, 1)
 
     capsys.readouterr()
-    result = check("dims.merge_heads", views_its_input)
+    result = check("dims.heads_into_batch", views_its_input)
     assert result.passed == result.total - 1
-    assert "call .contiguous() before .view, or use .reshape" in capsys.readouterr().out
+    assert "use .reshape, or .contiguous() before .view" in capsys.readouterr().out
 
 
 def test_gqa_biases_of_width_c_lose_points_on_every_hidden_draw():

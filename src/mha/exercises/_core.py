@@ -35,8 +35,8 @@ class Case:
     # same values in a strided layout, see mha._plain.noncontiguous), for statements that
     # promise it; the reference and the mistakes always get contiguous copies
     noncontiguous: tuple[int, ...] = ()
-    # for a case that must raise: the error message must name one of these (the argument at
-    # fault), where the statement asks for a message that names it
+    # for a case that must raise: words its error message must contain (the arguments at
+    # fault), where the statement asks for a message that names them
     names: tuple[str, ...] = ()
 
     def student_args(self) -> tuple:
@@ -177,8 +177,8 @@ class Exercise:
                         "its inputs as they were; work on a copy (.clone()) or out of place")
         if case.raises:
             if outcome.status == "raised" and case.raises in (outcome.error_type, *outcome.error_bases):
-                if case.names and not any(n in outcome.error_message for n in case.names):
-                    wanted = " or ".join(f"`{n}`" for n in case.names)
+                if not all(n in outcome.error_message for n in case.names):
+                    wanted = " and ".join(f"`{n}`" for n in case.names)
                     return fail(f"raises {case.raises}, but its message does not name {wanted}: say "
                                 "which argument is wrong and what would be valid")
                 return Verdict(True, f"raises {case.raises}", case.hidden, True)
@@ -217,11 +217,13 @@ class Exercise:
             return None
 
     def _mistake_hint(self, case: Case, got: Value, values: list | None = None) -> str | None:
+        """The hint of the listed mistake whose answer ``got`` is. None when no listed mistake
+        gives that answer, or when mistakes with different hints give it on this case (the
+        answer then cannot tell them apart, and naming one could name the wrong one)."""
         values = self.mistake_values(case) if values is None else values
-        for m, wrong in zip(self.mistakes, values):
-            if wrong is not None and compare(self.answer, wrong, got)[0]:
-                return m.hint
-        return None
+        hints = {m.hint for m, wrong in zip(self.mistakes, values)
+                 if wrong is not None and compare(self.answer, wrong, got)[0]}
+        return hints.pop() if len(hints) == 1 else None
 
 
 # ----------------------------------------------------------------------------- both judges
@@ -466,10 +468,8 @@ def forbidden_uses(tree: ast.AST, forbidden: tuple[str, ...]) -> list[str]:
             found.append(what)
 
     for kind, value in facts:
-        if kind == "name":
-            if value in leaves:
-                add(value)
-            elif value in DYNAMIC_NAMES:
+        if kind == "name":  # a forbidden function reaches a bare name only through an import, seen below
+            if value in DYNAMIC_NAMES:
                 add(f"{value} (dynamic lookups are not allowed here)")
             elif value == "mha" and "mha" in modules:
                 add("the mha package")
@@ -486,6 +486,9 @@ def forbidden_uses(tree: ast.AST, forbidden: tuple[str, ...]) -> list[str]:
         elif kind == "from":
             if value in DYNAMIC_QUALIFIED:
                 add(f"{value} (dynamic lookups are not allowed here)")
+            module, _, name = value.rpartition(".")
+            if name == "*" and any(f.startswith(module + ".") for f in modules):
+                add(f"from {module} import * (name what you import)")
         elif kind == "module":
             if "mha" in modules and (value == "mha" or value.startswith("mha.")) and value != "mha.exercises":
                 add("the mha package")

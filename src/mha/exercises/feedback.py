@@ -170,11 +170,10 @@ def _forbidden_in(fn, ex: Exercise) -> list[str]:
             pass
     found += forbidden_uses(ast.Module(body=body, type_ignores=[]), ex.forbidden)
     banned = _forbidden_objects(ex.forbidden)
-    leaves = {f.rsplit(".", 1)[-1] for f in ex.forbidden}
     for f in _reached(fn):
         for name in _code_names(getattr(f, "__code__", None)):
             obj = getattr(f, "__globals__", {}).get(name)
-            hit = (obj is not None and any(obj is b for b in banned)) or name in leaves
+            hit = obj is not None and any(obj is b for b in banned)
             if hit and name not in found and "the mha package" not in found:
                 found.append("the mha package" if name == "mha" else name)
     return found
@@ -217,9 +216,12 @@ def _forbidden_objects(forbidden: tuple[str, ...]) -> list:
             import mha
             objs += [mha] + [getattr(mha, n) for n in getattr(mha, "__all__", ())]
             continue
-        module, _, attr = dotted.rpartition(".")
-        try:
-            objs.append(getattr(importlib.import_module(module), attr))
-        except (ImportError, AttributeError, ValueError):
-            pass
+        found = _calls._resolve(dotted) if "." in dotted else None
+        if found is not None:
+            objs.append(getattr(*found))
+        else:
+            try:
+                objs.append(importlib.import_module(dotted))
+            except (ImportError, ValueError):
+                pass
     return objs
