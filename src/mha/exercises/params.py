@@ -110,7 +110,7 @@ def _mkv_public(g):
     llama = (80, 64, 128, 4096, 8, 2)                       # Llama-2-70B's shape, 8 sequences, 16-bit
     return [Case((40 * 2 ** 30, *llama), note="40 GiB for 8 sequences of 4096 tokens"),
             Case((3 * 327_680 + 1000, 5, 32, 64, 512, 1, 1), note="5 layers, one byte per number"),
-            Case((7 * 2 ** 19, 1, 16, 64, 1024, 2, 4), note="1 layer, float32"),
+            Case((15 * 2 ** 19, 1, 24, 64, 1024, 2, 4), note="1 layer, float32, 24 query heads"),
             Case((1000, 1, 8, 64, 4, 1, 2), note="not even one K/V head fits")]
 
 
