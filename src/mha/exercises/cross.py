@@ -138,6 +138,17 @@ def _padding_on_queries(role, src_lengths, tgt_lengths, S, T):
     return out
 
 
+def _padding_on_both_axes(role, src_lengths, tgt_lengths, S, T):
+    """Padding applied to the key columns (right) and to the query rows as well (wrong)."""
+    right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
+    if role not in ROLES:
+        raise ValueError(role)
+    q_len = S if role == "encoder" else T
+    q_lengths = src_lengths if role == "encoder" else tgt_lengths
+    rows = torch.arange(q_len)[None, :] < q_lengths[:, None]               # (B, Tq): real queries
+    return right & rows[:, None, :, None]
+
+
 def _decoder_not_causal(role, src_lengths, tgt_lengths, S, T):
     right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
     if role != "decoder":
@@ -219,6 +230,8 @@ ROLE_MASK = Exercise(
                 _causal_on_cross("bottom-right")),
         Mistake("padding hides keys, the columns (last axis): a real query must never read a padded "
                 "key, whereas hiding query rows lets it", _padding_on_queries),
+        Mistake("padding hides keys only: a padded query row keeps the keys it may read (its output is "
+                "simply not used), so do not hide the rows of padded queries as well", _padding_on_both_axes),
         Mistake("the decoder's self-attention is causal: target position i may not read target "
                 "positions after i", _decoder_not_causal),
         Mistake("keep the target's padding in the decoder's mask too: every padded key must be hidden "
