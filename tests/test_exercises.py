@@ -12,12 +12,17 @@ import pytest
 import torch
 
 from mha.exercises import EXERCISES, Case, check, get, select
-from mha.exercises.feedback import call_outcome
+from mha.exercises.feedback import call_outcome, traps_of
 from mha.grading import extract
 from mha.notebooks import solution_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 IDS = list(EXERCISES)
+
+
+def graded(ex, fn, case):
+    """``fn`` on ``case`` under the exercise's rules, as the grader calls it."""
+    return call_outcome(fn, case, traps=tuple(traps_of(ex)), trace=ex.audit is not None)
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -53,7 +58,7 @@ def test_exercise_ids_functions_and_public_seeds_are_unique():
 def test_reference_passes_public_and_hidden_checks(exercise_id, seed):
     ex = get(exercise_id)
     for case in ex.public_cases() + ex.hidden_cases(seed):
-        verdict = ex.judge(case, call_outcome(ex.reference, case.args))
+        verdict = ex.judge(case, graded(ex, ex.reference, case))
         assert verdict.passed, verdict.message
 
 
@@ -243,7 +248,7 @@ def test_lesson_solutions_pass_the_hidden_checks(lesson):
         assert fn == ex.function, f"{lesson.name}: check({exercise_id!r}, {fn}) should pass {ex.function}"
         for seed in (3, 4):
             for case in ex.public_cases() + ex.hidden_cases(seed):
-                verdict = ex.judge(case, call_outcome(ns[fn], case.args))
+                verdict = ex.judge(case, graded(ex, ns[fn], case))
                 assert verdict.passed, f"{lesson.name} {exercise_id}: {verdict.message}"
 
 
