@@ -145,87 +145,82 @@ def _shapes(items) -> tuple:
 
 # ----------------------------------------------------------------------------- one call
 
-_TORCH = {}
+def make_runner():
+    """A fresh :func:`run_case`. Everything it uses after a student's call (torch's functions,
+    the traps, the recorder) is bound here, in its closure, when it is made: the worker makes
+    its own before it loads a submission and keeps it in a local variable, so that code which
+    replaces this module's names (or torch's) cannot change how its calls are watched."""
+    import torch
 
+    Tensor, clone, equal, isnan = torch.Tensor, torch.Tensor.clone, torch.equal, torch.isnan
+    is_floating, nan_to_num, version_of = torch.is_floating_point, torch.nan_to_num, torch.Tensor._version.__get__
+    make_recorder, trap, untrap = recorder, set_traps, restore
 
-def _torch():
-    """torch functions used after a student's call, looked up once, before any student code
-    runs in the worker (its loader calls this)."""
-    if not _TORCH:
-        import torch
+    def snapshot(args) -> list:
+        return [(a, tuple(a.shape), clone(a), version_of(a)) if isinstance(a, Tensor) else None for a in args]
 
-        _TORCH.update(torch=torch, Tensor=torch.Tensor, clone=torch.Tensor.clone,
-                      equal=torch.equal, isnan=torch.isnan, is_floating=torch.is_floating_point,
-                      version=torch.Tensor._version.__get__)
-    return _TORCH
+    def changed(snap) -> list[int]:
+        out = []
+        for i, s in enumerate(snap):
+            if s is None:
+                continue
+            a, shape, copy, version = s
+            try:
+                same = version_of(a) == version and tuple(a.shape) == shape and (
+                    equal(a, copy) or (is_floating(a) and equal(isnan(a), isnan(copy))
+                                       and equal(nan_to_num(a, 0.0, 0.0, 0.0), nan_to_num(copy, 0.0, 0.0, 0.0))))
+            except Exception:
+                same = False
+            if not same:
+                out.append(i)
+        return out
 
+    def run_case(fn, args, *, plain, arrays: dict, noncontiguous=(), traps=(), trace: bool = False) -> dict:
+        """Call ``fn(*args)`` as a graded call and describe what happened as a record.
 
-def _snapshot(args) -> list:
-    t = _torch()
-    snap = []
-    for a in args:
-        if isinstance(a, t["Tensor"]):
-            snap.append((a, tuple(a.shape), t["clone"](a), t["version"](a)))
-        else:
-            snap.append(None)
-    return snap
-
-
-def _changed(snap) -> list[int]:
-    t = _torch()
-    changed = []
-    for i, s in enumerate(snap):
-        if s is None:
-            continue
-        a, shape, copy, version = s
+        ``args`` are the function's own copies (they may be changed by the call); the
+        positions in ``noncontiguous`` are passed in a strided layout. ``arrays`` collects the
+        result's arrays (see :func:`mha._plain.encode`). Never raises for anything ``fn``
+        does, except KeyboardInterrupt."""
+        args = [plain.noncontiguous(a) if i in noncontiguous else a for i, a in enumerate(args)]
+        snap = snapshot(args)
+        saved = trap(traps)
+        mode = make_recorder() if trace else None
         try:
-            same = (t["version"](a) == version and tuple(a.shape) == shape
-                    and (t["equal"](a, copy) or (t["is_floating"](a) and t["equal"](t["isnan"](a), t["isnan"](copy))
-                                                 and t["equal"](a.nan_to_num(0.0, 0.0, 0.0),
-                                                                copy.nan_to_num(0.0, 0.0, 0.0)))))
-        except Exception:
-            same = False
-        if not same:
-            changed.append(i)
-    return changed
+            try:
+                if mode is not None:
+                    with mode:
+                        value = fn(*args)
+                else:
+                    value = fn(*args)
+            finally:
+                untrap(saved)
+            record = {"s": "value", "v": plain.encode(value, arrays)}
+        except NotImplementedError:
+            record = {"s": "not-attempted"}
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - SystemExit and friends score zero
+            record = {"s": "raised", "type": type(e).__name__[:100],
+                      "bases": [c.__name__[:100] for c in type(e).__mro__][:12], "msg": _message(e)}
+        record["mutated"] = changed(snap)
+        if mode is not None:
+            record["trace"] = mode.entries()
+            record["truncated"] = mode.truncated
+        return record
+
+    return run_case
+
+
+_RUNNER = None
 
 
 def run_case(fn, args, *, plain, arrays: dict, noncontiguous=(), traps=(), trace: bool = False) -> dict:
-    """Call ``fn(*args)`` as a graded call and describe what happened as a record.
-
-    ``args`` are the function's own copies (they may be changed by the call); the positions
-    in ``noncontiguous`` are passed in a strided layout. ``arrays`` collects the result's
-    arrays (see :func:`mha._plain.encode`). Never raises for anything ``fn`` does, except
-    KeyboardInterrupt.
-    """
-    args = [plain.noncontiguous(a) if i in noncontiguous else a for i, a in enumerate(args)]
-    snap = _snapshot(args)
-    saved = set_traps(traps)
-    mode = recorder() if trace else None
-    record: dict
-    try:
-        try:
-            if mode is not None:
-                with mode:
-                    value = fn(*args)
-            else:
-                value = fn(*args)
-        finally:
-            restore(saved)
-        record = {"s": "value", "v": plain.encode(value, arrays)}
-    except NotImplementedError:
-        record = {"s": "not-attempted"}
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # noqa: BLE001 - SystemExit and friends score zero
-        record = {"s": "raised", "type": type(e).__name__[:100],
-                  "bases": [c.__name__[:100] for c in type(e).__mro__][:12],
-                  "msg": _message(e)}
-    record["mutated"] = _changed(snap)
-    if mode is not None:
-        record["trace"] = mode.entries()
-        record["truncated"] = mode.truncated
-    return record
+    """Call ``fn(*args)`` as a graded call (see :func:`make_runner`) and return its record."""
+    global _RUNNER
+    if _RUNNER is None:
+        _RUNNER = make_runner()
+    return _RUNNER(fn, args, plain=plain, arrays=arrays, noncontiguous=noncontiguous, traps=traps, trace=trace)
 
 
 def _message(e: BaseException) -> str:
@@ -233,4 +228,3 @@ def _message(e: BaseException) -> str:
         return str(e)[:MAX_MESSAGE]
     except Exception:
         return ""
-

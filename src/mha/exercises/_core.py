@@ -92,6 +92,13 @@ class Verdict:
             self.neutral = self.message
 
 
+# Names through which code could switch off the recording of its operations (the dispatch-mode
+# stack): an exercise with an audit forbids them. Names without a dot are looked for in the
+# source only, never replaced at run time (the recorder itself needs them).
+UNWATCHED = ("_python_dispatch", "_disable_current_modes", "_pop_torch_dispatch_mode", "_pop_mode",
+             "_push_mode", "_set_dispatch_mode", "_unset_dispatch_mode", "_len_torch_dispatch_stack")
+
+
 @dataclass
 class Exercise:
     """An auto-graded exercise. See ``book/grading.md`` for the format."""
@@ -119,6 +126,10 @@ class Exercise:
     # parameters the statement allows the function to change; every other argument must
     # come back as it was (values, and no in-place operation on it)
     may_modify: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.audit is not None:  # what could switch the recording off is refused before running
+            self.forbidden = tuple(self.forbidden) + tuple(n for n in UNWATCHED if n not in self.forbidden)
 
     @property
     def signature(self) -> str:

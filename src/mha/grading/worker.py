@@ -234,7 +234,7 @@ def run(jobdir: str, cfg, progress_fd: int, plain, calls=None) -> None:
     import torch
 
     calls = calls or load_calls()
-    calls._torch()  # look up the torch functions the calls use, before any student code runs
+    run_case = calls.make_runner()  # bound now, before any student code runs, and kept local
     torch.set_num_threads(1)
     install_mha_stub(types)
 
@@ -273,8 +273,8 @@ def run(jobdir: str, cfg, progress_fd: int, plain, calls=None) -> None:
             layouts = spec.get("noncontiguous") or [[] for _ in spec["cases"]]
             for case, strided in zip(spec["cases"], layouts):
                 args = [plain.decode_input(a, arrays) for a in case]
-                results.append(calls.run_case(fn, args, plain=plain, arrays=out_arrays, noncontiguous=tuple(strided),
-                                              traps=job.get("traps", []), trace=bool(job.get("trace"))))
+                results.append(run_case(fn, args, plain=plain, arrays=out_arrays, noncontiguous=tuple(strided),
+                                        traps=job.get("traps", []), trace=bool(job.get("trace"))))
         index, data = plain.pack(out_arrays)
         _write(os.path.join(out, f"{i}.bin"), data)
         _write(os.path.join(out, f"{i}.json"), json.dumps({"results": results, "arrays": index}).encode())
