@@ -222,6 +222,66 @@ def test_gqa_biases_of_width_c_lose_points_on_every_hidden_draw():
         assert not all(ex.judge(c, call_outcome(biases_4c, c)).passed for c in cases), seed
 
 
+# ----------------------------------------------------------------------------- transcriptions
+
+def _tokens(code: str) -> list[str]:
+    """The tokens of ``code`` that carry meaning: no comments, layout or string contents."""
+    import io
+    import tokenize
+
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    out = []
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(code).readline):
+            if t.type not in skip:
+                out.append("STR" if t.type == tokenize.STRING else t.string)
+    except (tokenize.TokenError, IndentationError):
+        pass
+    return out
+
+
+RUN = 8  # tokens in a row that count as copied
+
+
+def _runs(tokens: list[str]) -> set[tuple[str, ...]]:
+    return {tuple(tokens[i:i + RUN]) for i in range(len(tokens) - RUN + 1)}
+
+
+def copied_share(lesson: Path) -> dict[str, float]:
+    """For each exercise of ``lesson``: the share of its solution's tokens that lie in runs of
+    RUN tokens found, as they are, in the code cells above the exercises, and not in the
+    statement's own code (a diagnosis exercise gives the code it asks to fix)."""
+    import textwrap
+
+    text = lesson.read_text()
+    head, _, tail = text.partition("\n## Exercises")
+    page = _runs(_tokens("\n".join(extract.markdown_cells(head))))
+    shares = {}
+    for block in re.split(r"^```\{exercise-start\}", tail, flags=re.M)[1:]:
+        statement = block.split("```{exercise-end}")[0]
+        given = _runs(_tokens("\n".join(re.findall(r"^```python\n(.*?)^```", statement, re.M | re.S))))
+        name = re.search(r'check\("[\w.]+",\s*(\w+)\)', block)
+        solution = _tokens(textwrap.dedent("\n".join(solution_blocks("\n".join(extract.markdown_cells(block))))))
+        covered = [False] * len(solution)
+        for i in range(len(solution) - RUN + 1):
+            run = tuple(solution[i:i + RUN])
+            if run in page and run not in given:
+                covered[i:i + RUN] = [True] * RUN
+        if name and solution:
+            shares[name.group(1)] = sum(covered) / len(solution)
+    return shares
+
+
+@pytest.mark.parametrize("lesson", sorted((ROOT / "lessons").glob("*.md")), ids=lambda p: p.stem)
+def test_at_most_one_exercise_per_lesson_copies_the_page(lesson):
+    """An exercise asks for the next step; one warm-up per lesson may mirror the page's code.
+    A solution most of whose tokens come in long runs from the code above the exercises is
+    counted as a copy of the page."""
+    shares = copied_share(lesson)
+    copies = {fn: round(share, 2) for fn, share in shares.items() if share >= 0.55}
+    assert len(copies) <= 1, f"{lesson.name}: these solutions are mostly the page's own code: {copies}"
+
+
 # ----------------------------------------------------------------------------- drift guard
 
 LESSONS = sorted((ROOT / "lessons").glob("*.md"))
@@ -264,6 +324,22 @@ def test_every_lesson_solution_is_marked_for_the_student_notebook(lesson):
         for _, fn in found:
             if re.search(rf"^def {fn}\(", cell, re.M):
                 assert "# BEGIN SOLUTION" in cell and "# END SOLUTION" in cell, fn
+
+
+def test_ordinary_attributes_named_modules_or_compile_are_not_dynamic_lookups():
+    import ast
+
+    from mha.exercises._core import forbidden_uses
+
+    banned = ("mha", "torch.nn.functional.scaled_dot_product_attention")
+    honest = ("def f(layer, x):\n    n = len(list(layer.modules()))\n    g = torch.compile(torch.exp)\n"
+              "    pattern = re.compile('x')\n    return g(x) * n\n")
+    assert forbidden_uses(ast.parse(honest), banned) == []
+    for sneaky in ("import sys\ndef f(x):\n    return sys.modules['mha']\n",
+                   "import sys as s\ndef f(x):\n    return s.modules['mha']\n",
+                   "from sys import modules\ndef f(x):\n    return modules['mha']\n",
+                   "def f(x):\n    return eval(compile('1', 'f', 'eval'))\n"):
+        assert any("dynamic" in u for u in forbidden_uses(ast.parse(sneaky), banned)), sneaky
 
 
 def test_a_docstring_naming_a_forbidden_function_is_not_a_use():

@@ -150,6 +150,18 @@ def test_alternatives_are_not_copies_of_the_reference_or_of_each_other(exercise_
         seen[shape] = fn.__name__
 
 
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_the_forbidden_use_checks_accept_the_reference_and_every_correct_answer(exercise_id):
+    """Neither the grader's static check (on the source it would keep of a submission) nor
+    check's refuses the reference or a correct alternative."""
+    from mha.exercises.feedback import _forbidden_in
+
+    ex = get(exercise_id)
+    for fn in [ex.reference] + CORRECT.get(exercise_id, []):
+        assert _grader_static(ex, fn) is None, f"{exercise_id}: the grader refuses {fn.__name__}"
+        assert _forbidden_in(fn, ex) == [], f"{exercise_id}: check refuses {fn.__name__}"
+
+
 # ----------------------------------------------------------------------------- full marks
 
 @pytest.mark.parametrize("exercise_id", IDS)
