@@ -352,3 +352,62 @@ def test_a_docstring_naming_a_forbidden_function_is_not_a_use():
     assert forbidden_uses(ast.parse(honest), banned) == []
     hidden = 'def f(q, k):\n    """Doc."""\n    name = "scaled_dot_product_attention"\n    return q\n'
     assert forbidden_uses(ast.parse(hidden), banned) == ["scaled_dot_product_attention (named in a string)"]
+
+
+# ----------------------------------------------------------------------------- the graded-function contract
+
+def _ablate_in_place(head_outputs, w_o, head):
+    """The right numbers, with the caller's w_o zeroed on the way."""
+    d = head_outputs.shape[-1]
+    w_o[head * d:(head + 1) * d] = 0
+    return head_outputs.transpose(0, 1).reshape(head_outputs.shape[1], -1) @ w_o
+
+
+def test_check_names_an_argument_the_function_changed(capsys):
+    result = check("why.ablate_head", _ablate_in_place)
+    assert result.passed == 0
+    assert "changed its argument `w_o` (in place or in value)" in capsys.readouterr().out
+
+
+def test_an_in_place_operation_counts_even_when_the_values_come_back():
+    def rescales_and_restores(weights, keep, p):
+        weights.mul_(2.0).div_(2.0)           # the same values, two in-place operations
+        return weights * keep / (1 - p)
+
+    ex = get("layer.attention_dropout")
+    case = ex.public_cases()[0]
+    outcome = call_outcome(rescales_and_restores, case)
+    assert outcome.mutated == (0,) and not ex.judge(case, outcome).passed
+
+
+def test_a_statement_may_let_an_argument_change():
+    from dataclasses import replace
+
+    ex = replace(get("why.ablate_head"), may_modify=("w_o",))
+    for case in ex.public_cases():
+        assert ex.judge(case, call_outcome(_ablate_in_place, case)).passed
+
+
+def test_a_tensor_left_on_another_device_fails():
+    from dataclasses import replace
+
+    from mha.exercises import Outcome
+    from mha.exercises._core import plain
+
+    ex = get("onehead.stable_softmax")
+    case = ex.public_cases()[0]
+    moved = replace(plain(ex.reference(*case.args)), device="cuda:0")
+    verdict = ex.judge(case, Outcome("value", value=moved))
+    assert not verdict.passed and "device" in verdict.message
+
+
+def test_hidden_verdicts_say_nothing_of_the_inputs_values(capsys):
+    """The neutral message (what the grader shows) carries no number of the case; the message
+    check prints for a public case adds them."""
+    ex = get("cost.layer_flops")
+    case = ex.hidden_cases(5)[0]
+    verdict = ex.judge(case, call_outcome(lambda B, T, C, h: 7, case))
+    assert verdict.neutral == verdict.message == "wrong value"
+    public = ex.public_cases()[0]
+    shown = ex.judge(public, call_outcome(lambda B, T, C, h: 7, public))
+    assert shown.neutral == "wrong value" and shown.message.startswith("wrong value: expected")

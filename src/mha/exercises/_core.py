@@ -121,7 +121,8 @@ class Exercise:
     # (checked by tests/test_the_tests.py); empty for answers that are not tensors
     dtypes: tuple[str, ...] = ("float32", "float64")
     # how an answer computes, where the statement asks for a method: audit(case, ops) gets
-    # every tensor operation of the call (see Op) and returns what is wrong, or None
+    # every tensor operation of the call (see Op) and returns what is wrong, or None; its
+    # text is shown for hidden checks too, so it must not quote sizes or values
     audit: Callable[[Case, tuple], str | None] | None = None
     # parameters the statement allows the function to change; every other argument must
     # come back as it was (values, and no in-place operation on it)

@@ -113,7 +113,7 @@ def _stats_audit(case, ops):
             continue
         biggest = max((_numel(s) for s in op.inputs), default=0)
         if biggest > c and (name.startswith(("cum", "logcum")) or any(_numel(o) < biggest for o in op.outputs)):
-            return (f"{name} reduced {biggest} scores at once, more than one chunk ({c}): keep only the running "
+            return (f"{name} reduced the scores of more than one chunk at once: keep only the running "
                     "(m, l) and look at one chunk at a time, in order")
     return None
 
@@ -430,9 +430,9 @@ def _window_audit(case, ops):
             if tq in dims:
                 dims.remove(tq)
                 if tk in dims:
-                    return (f"{op.name.split('::')[-1].split('.')[0]} made a tensor of shape {tuple(shape)}, "
-                            f"as large as the whole (Tq, Tk) = ({tq}, {tk}) matrix of scores (or of the mask): "
-                            "a tiled forward holds one (Tq, block) tile at a time")
+                    return (f"{op.name.split('::')[-1].split('.')[0]} made a tensor with a dimension of Tq and "
+                            "one of Tk, as large as the whole matrix of scores (or of the mask): a tiled "
+                            "forward holds one (Tq, block_size) tile at a time")
     return None
 
 
