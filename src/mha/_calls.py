@@ -6,7 +6,8 @@ For every case, :func:`run_case`
 2. replaces the functions the exercise forbids by stand-ins that raise :class:`ForbiddenCall`
    (``set_traps``), for the length of the call only;
 3. when the exercise audits *how* an answer computes (an exercise with an ``audit``), records
-   every tensor operation of the call, its inputs' and outputs' shapes (:class:`Recorder`);
+   every torch function and tensor method the call runs, with its inputs' and outputs' shapes
+   (:func:`recorder`);
 4. after the call, notes every argument the function changed, in value or in place (a
    tensor's version counter counts each in-place operation);
 5. encodes the result as a plain value (:mod:`mha._plain`).
@@ -35,10 +36,19 @@ class ForbiddenCall(RuntimeError):
 
 # ----------------------------------------------------------------------------- traps
 
+_RESOLVED: dict = {}
+
+
 def _resolve(dotted: str):
     """(owner, attribute) for a dotted name such as ``torch.nn.functional.softmax`` or
     ``torch.Tensor.softmax`` (the owner may be a module or a class); None if it does not
-    exist in this Python."""
+    exist in this Python. Remembered: traps are set around every call."""
+    if dotted not in _RESOLVED:
+        _RESOLVED[dotted] = _find(dotted)
+    return _RESOLVED[dotted]
+
+
+def _find(dotted: str):
     parts = dotted.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         try:
@@ -95,25 +105,28 @@ _RECORDER = None
 
 
 def recorder():
-    """A fresh :class:`Recorder` (a TorchDispatchMode, made once torch is imported)."""
+    """A fresh :class:`Recorder`: a TorchFunctionMode (torch.overrides), which sees every torch
+    function and tensor method a call runs, at the level the code is written, for the cost of
+    a Python call each (a TorchDispatchMode would see the aten operations, at the price of
+    importing torch._dynamo, a second of CPU time, in every worker)."""
     global _RECORDER
     if _RECORDER is None:
-        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.overrides import TorchFunctionMode
 
-        class Recorder(TorchDispatchMode):
-            """Records each distinct (operation, input shapes, output shapes, is a view)."""
+        class Recorder(TorchFunctionMode):
+            """Records each distinct (function name, input shapes, output shapes)."""
 
             def __init__(self):
                 super().__init__()
                 self.seen: dict = {}
                 self.truncated = False
 
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 try:
-                    key = (str(func.name())[:100], _shapes(args) + _shapes(list((kwargs or {}).values())),
-                           _shapes(out if isinstance(out, (tuple, list)) else [out]),
-                           bool(getattr(func, "is_view", False)))
+                    key = (str(getattr(func, "__name__", func))[:100],
+                           _shapes(args) + _shapes(list((kwargs or {}).values())),
+                           _shapes(out if isinstance(out, (tuple, list)) else [out]))
                     if key not in self.seen:
                         if len(self.seen) < MAX_TRACE:
                             self.seen[key] = None
@@ -124,8 +137,8 @@ def recorder():
                 return out
 
             def entries(self) -> list:
-                return [[name, [list(s) for s in ins], [list(s) for s in outs], view]
-                        for name, ins, outs, view in self.seen]
+                return [[name, [list(s) for s in ins], [list(s) for s in outs], False]
+                        for name, ins, outs in self.seen]
 
         _RECORDER = Recorder
     return _RECORDER()

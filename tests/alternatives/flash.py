@@ -328,6 +328,18 @@ def window_wrong_causal_only(q, k, v, window, block_size):
     return window_with_lse(q, k, v, k.shape[0] + q.shape[0], block_size)
 
 
+def stats_forbidden_hidden_prefix(chunks):
+    """The prefix recomputed, with the recording of torch functions switched off."""
+    with torch._C.DisableTorchFunction():
+        return stats_wrong_prefix(chunks)
+
+
+def window_forbidden_hidden_dense(q, k, v, window, block_size):
+    """The whole (Tq, Tk) scores, with the recording of torch functions switched off."""
+    with torch._C.DisableTorchFunction():
+        return window_wrong_dense(q, k, v, window, block_size)
+
+
 def window_forbidden_sdpa(q, k, v, window, block_size):
     Tq, Tk = q.shape[0], k.shape[0]
     pos = torch.arange(Tq)[:, None] + (Tk - Tq)
@@ -353,5 +365,6 @@ WRONG = {
 }
 
 FORBIDDEN = {
-    "flash.tiled_window_forward": [window_forbidden_sdpa],
+    "flash.online_softmax_stats": [stats_forbidden_hidden_prefix],
+    "flash.tiled_window_forward": [window_forbidden_sdpa, window_forbidden_hidden_dense],
 }

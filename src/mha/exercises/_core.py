@@ -55,8 +55,9 @@ class Mistake:
 
 
 class Op(NamedTuple):
-    """One tensor operation of a recorded call: its name (e.g. ``"aten::amax"``), the shapes
-    of its tensor inputs and outputs, and whether its result is a view of an input."""
+    """One operation of a recorded call: the name of the torch function or tensor method
+    (e.g. ``"amax"``, ``"matmul"``, ``"__getitem__"``), the shapes of its tensor inputs and
+    outputs, and whether its result is known to be a view of an input."""
 
     name: str
     inputs: tuple[tuple[int, ...], ...]
@@ -92,11 +93,12 @@ class Verdict:
             self.neutral = self.message
 
 
-# Names through which code could switch off the recording of its operations (the dispatch-mode
-# stack): an exercise with an audit forbids them. Names without a dot are looked for in the
-# source only, never replaced at run time (the recorder itself needs them).
-UNWATCHED = ("_python_dispatch", "_disable_current_modes", "_pop_torch_dispatch_mode", "_pop_mode",
-             "_push_mode", "_set_dispatch_mode", "_unset_dispatch_mode", "_len_torch_dispatch_stack")
+# Names through which code could switch off the recording of its operations (the stacks of
+# torch function and dispatch modes): an exercise with an audit forbids them. Names without a
+# dot are looked for in the source only, never replaced at run time (the recorder needs them).
+UNWATCHED = ("overrides", "DisableTorchFunction", "DisableTorchFunctionSubclass", "_disabled_torch_function_impl",
+             "_pop_torch_function_stack", "_len_torch_function_stack", "_pop_mode", "_pop_mode_temporarily",
+             "_push_mode", "_python_dispatch", "_disable_current_modes", "_pop_torch_dispatch_mode")
 
 
 @dataclass

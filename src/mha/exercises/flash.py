@@ -96,9 +96,11 @@ def _numel(shape) -> int:
 
 # Operations that read part of a tensor, copy it, or only take its dtype and size: whatever
 # the size of their input, they compute nothing over several chunks.
-_NOT_A_REDUCTION = ("index", "index_select", "gather", "take", "narrow", "select", "slice", "unbind", "split",
-                    "chunk", "clone", "copy", "_to_copy", "contiguous", "lift_fresh", "detach", "alias",
-                    "_local_scalar_dense", "new_", "empty", "zeros", "ones", "full", "_like")
+_NOT_A_REDUCTION = ("__getitem__", "__get__", "__iter__", "index", "gather", "take", "narrow", "select", "slice",
+                    "unbind", "split", "tensor_split", "chunk", "diagonal", "masked_select", "clone", "copy", "to",
+                    "type", "double", "float", "half", "contiguous", "detach", "view", "reshape", "flatten",
+                    "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "expand", "new_", "empty", "zeros",
+                    "ones", "full", "_like", "dim", "size", "numel", "item", "tolist", "numpy", "__len__")
 
 
 def _stats_audit(case, ops):
@@ -108,7 +110,7 @@ def _stats_audit(case, ops):
     (chunks,) = case.args
     c = chunks.shape[-1]
     for op in ops:
-        name = op.name.split("::")[-1].split(".")[0]
+        name = op.name
         if op.view or any(name.startswith(n) or name.endswith(n) for n in _NOT_A_REDUCTION):
             continue
         biggest = max((_numel(s) for s in op.inputs), default=0)
@@ -430,7 +432,7 @@ def _window_audit(case, ops):
             if tq in dims:
                 dims.remove(tq)
                 if tk in dims:
-                    return (f"{op.name.split('::')[-1].split('.')[0]} made a tensor with a dimension of Tq and "
+                    return (f"{op.name} made a tensor with a dimension of Tq and "
                             "one of Tk, as large as the whole matrix of scores (or of the mask): a tiled "
                             "forward holds one (Tq, block_size) tile at a time")
     return None
