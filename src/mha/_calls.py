@@ -124,9 +124,8 @@ def recorder():
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 try:
-                    key = (str(getattr(func, "__name__", func))[:100],
-                           _shapes(args) + _shapes(list((kwargs or {}).values())),
-                           _shapes(out if isinstance(out, (tuple, list)) else [out]))
+                    key = (func, _shapes(args) + (_shapes(kwargs.values()) if kwargs else ()),
+                           _shapes(out) if isinstance(out, (tuple, list)) else _shapes((out,)))
                     if key not in self.seen:
                         if len(self.seen) < MAX_TRACE:
                             self.seen[key] = None
@@ -137,20 +136,27 @@ def recorder():
                 return out
 
             def entries(self) -> list:
-                return [[name, [list(s) for s in ins], [list(s) for s in outs], False]
-                        for name, ins, outs in self.seen]
+                return [[str(getattr(func, "__name__", func))[:100], [[int(n) for n in s] for s in ins],
+                         [[int(n) for n in s] for s in outs], False] for func, ins, outs in self.seen]
 
         _RECORDER = Recorder
     return _RECORDER()
 
 
-def _shapes(items) -> tuple:
-    import torch
+_TENSOR = None
 
+
+def _shapes(items) -> tuple:
+    """The shapes (torch.Size, hashable) of the tensors among ``items``, lists searched too."""
+    global _TENSOR
+    if _TENSOR is None:
+        import torch
+
+        _TENSOR = torch.Tensor
     out = []
     for a in items:
-        if isinstance(a, torch.Tensor):
-            out.append(tuple(int(n) for n in a.shape))
+        if isinstance(a, _TENSOR):
+            out.append(a.shape)
         elif isinstance(a, (tuple, list)):
             out.extend(_shapes(a))
     return tuple(out[:32])
