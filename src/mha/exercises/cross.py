@@ -50,6 +50,7 @@ def _shapes_wrong(*, head_from_kdim=False, scores_swapped=False, out_from_source
 def _shapes_public(g):
     return [Case((2, 5, 7, 32, 24, 2), note="a decoder of width 32 reads an encoder of width 24"),
             Case((1, 3, 10, 512, 768, 8), note="a wider encoder"),
+            Case((2, 4, 6, 12, 10, 4), note="kdim=10 is not a multiple of num_heads=4, and need not be"),
             Case((2, 4, 6, 10, 8, 3), raises="ValueError", note="embed_dim=10 is not divisible by num_heads=3")]
 
 
