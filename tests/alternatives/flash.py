@@ -70,8 +70,8 @@ def stats_wrong_logcumsumexp(chunks):
 
 
 def stats_wrong_prefix(chunks):
-    """Right values, but each step looks at all the chunks so far again (the example of the
-    review): the max and the sum of the whole prefix, recomputed."""
+    """Right values, but each step looks at all the chunks so far again: the max and the sum
+    of the whole prefix, recomputed."""
     rows = []
     for t in range(chunks.shape[0]):
         seen = chunks[:t + 1]
