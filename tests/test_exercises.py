@@ -13,12 +13,17 @@ import pytest
 import torch
 
 from mha.exercises import EXERCISES, Case, check, get, select
-from mha.exercises.feedback import call_outcome
+from mha.exercises.feedback import call_outcome, traps_of
 from mha.grading import extract
 from mha.notebooks import solution_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 IDS = list(EXERCISES)
+
+
+def graded(ex, fn, case):
+    """``fn`` on ``case`` under the exercise's rules, as the grader calls it."""
+    return call_outcome(fn, case, traps=tuple(traps_of(ex)), trace=ex.audit is not None)
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -54,7 +59,7 @@ def test_exercise_ids_functions_and_public_seeds_are_unique():
 def test_reference_passes_public_and_hidden_checks(exercise_id, seed):
     ex = get(exercise_id)
     for case in ex.public_cases() + ex.hidden_cases(seed):
-        verdict = ex.judge(case, call_outcome(ex.reference, case.args))
+        verdict = ex.judge(case, graded(ex, ex.reference, case))
         assert verdict.passed, verdict.message
 
 
@@ -110,9 +115,9 @@ def test_masked_softmax_hints_name_the_fp16_overflow_and_the_nan_rows(capsys):
 
 def test_wrong_dtype_and_shape_are_named(capsys):
     check("masking.causal_mask", lambda q, k: torch.ones(q, k).tril(k - q))
-    assert "expected dtype bool, got float32" in capsys.readouterr().out
-    check("dims.merge_heads", lambda x: x)
-    assert "expected shape (2, 5, 8), got (2, 2, 5, 4)" in capsys.readouterr().out
+    assert "wrong dtype float32: keep the dtype this exercise asks for: expected bool" in capsys.readouterr().out
+    check("dims.heads_into_batch", lambda x, h: x)
+    assert "wrong shape: expected (4, 3, 4), got (3, 2, 8)" in capsys.readouterr().out
 
 
 def test_int_answers_must_be_ints(capsys):
@@ -131,10 +136,10 @@ def test_check_never_raises_and_survives_sys_exit(capsys):
     def leaves(x):
         raise SystemExit(0)
 
-    result = check("dims.merge_heads", leaves)
+    result = check("onehead.stable_softmax", leaves)
     assert result.passed == 0 and "SystemExit" in capsys.readouterr().out
     assert not check("no.such_exercise", leaves).attempted
-    assert not check("dims.merge_heads", 42).attempted
+    assert not check("onehead.stable_softmax", 42).attempted
 
 
 def test_check_flags_the_mha_reference_where_forbidden(capsys):
@@ -183,27 +188,27 @@ def test_masked_softmax_compares_float64_answers_at_float64_precision(capsys):
     assert not verdict.passed and "promote_types" in verdict.message
 
 
-def test_merge_heads_gets_a_non_contiguous_input_and_a_view_on_it_loses_points(capsys):
+def test_heads_into_batch_gets_a_non_contiguous_input_and_a_view_on_it_loses_points(capsys):
     layouts = []
 
-    def records(x):
+    def records(x, h):
         layouts.append(x.is_contiguous())
-        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
+        T, B, C = x.shape
+        return x.reshape(T, B * h, C // h).transpose(0, 1)
 
-    assert check("dims.merge_heads", records).ok
+    assert check("dims.heads_into_batch", records).ok
     assert False in layouts and True in layouts
-    ex = get("dims.merge_heads")
+    ex = get("dims.heads_into_batch")
     assert all(any(c.noncontiguous for c in ex.hidden_cases(seed)) for seed in range(50))
 
-    def views_its_input(x):  # right on a contiguous x only
-        B, h, T, d = x.shape
-        rows = x.view(B, h, T * d)
-        return rows.view(B, h, T, d).permute(0, 2, 1, 3).reshape(B, T, h * d)
+    def views_its_input(x, h):  # right on a contiguous x only
+        T, B, C = x.shape
+        return x.view(T, B * h, C // h).transpose(0, 1)
 
     capsys.readouterr()
-    result = check("dims.merge_heads", views_its_input)
+    result = check("dims.heads_into_batch", views_its_input)
     assert result.passed == result.total - 1
-    assert "call .contiguous() before .view, or use .reshape" in capsys.readouterr().out
+    assert "use .reshape, or .contiguous() before .view" in capsys.readouterr().out
 
 
 def test_gqa_biases_of_width_c_lose_points_on_every_hidden_draw():
@@ -216,6 +221,66 @@ def test_gqa_biases_of_width_c_lose_points_on_every_hidden_draw():
     for seed in range(300):
         cases = ex.hidden_cases(seed)
         assert not all(ex.judge(c, call_outcome(biases_4c, c)).passed for c in cases), seed
+
+
+# ----------------------------------------------------------------------------- transcriptions
+
+def _tokens(code: str) -> list[str]:
+    """The tokens of ``code`` that carry meaning: no comments, layout or string contents."""
+    import io
+    import tokenize
+
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    out = []
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(code).readline):
+            if t.type not in skip:
+                out.append("STR" if t.type == tokenize.STRING else t.string)
+    except (tokenize.TokenError, IndentationError):
+        pass
+    return out
+
+
+RUN = 8  # tokens in a row that count as copied
+
+
+def _runs(tokens: list[str]) -> set[tuple[str, ...]]:
+    return {tuple(tokens[i:i + RUN]) for i in range(len(tokens) - RUN + 1)}
+
+
+def copied_share(lesson: Path) -> dict[str, float]:
+    """For each exercise of ``lesson``: the share of its solution's tokens that lie in runs of
+    RUN tokens found, as they are, in the code cells above the exercises, and not in the
+    statement's own code (a diagnosis exercise gives the code it asks to fix)."""
+    import textwrap
+
+    text = lesson.read_text()
+    head, _, tail = text.partition("\n## Exercises")
+    page = _runs(_tokens("\n".join(extract.markdown_cells(head))))
+    shares = {}
+    for block in re.split(r"^```\{exercise-start\}", tail, flags=re.M)[1:]:
+        statement = block.split("```{exercise-end}")[0]
+        given = _runs(_tokens("\n".join(re.findall(r"^```python\n(.*?)^```", statement, re.M | re.S))))
+        name = re.search(r'check\("[\w.]+",\s*(\w+)\)', block)
+        solution = _tokens(textwrap.dedent("\n".join(solution_blocks("\n".join(extract.markdown_cells(block))))))
+        covered = [False] * len(solution)
+        for i in range(len(solution) - RUN + 1):
+            run = tuple(solution[i:i + RUN])
+            if run in page and run not in given:
+                covered[i:i + RUN] = [True] * RUN
+        if name and solution:
+            shares[name.group(1)] = sum(covered) / len(solution)
+    return shares
+
+
+@pytest.mark.parametrize("lesson", sorted((ROOT / "lessons").glob("*.md")), ids=lambda p: p.stem)
+def test_at_most_one_exercise_per_lesson_copies_the_page(lesson):
+    """An exercise asks for the next step; one warm-up per lesson may mirror the page's code.
+    A solution most of whose tokens come in long runs from the code above the exercises is
+    counted as a copy of the page."""
+    shares = copied_share(lesson)
+    copies = {fn: round(share, 2) for fn, share in shares.items() if share >= 0.55}
+    assert len(copies) <= 1, f"{lesson.name}: these solutions are mostly the page's own code: {copies}"
 
 
 # ----------------------------------------------------------------------------- drift guard
@@ -251,7 +316,7 @@ def test_lesson_solutions_pass_the_hidden_checks(lesson):
         assert fn == ex.function, f"{lesson.name}: check({exercise_id!r}, {fn}) should pass {ex.function}"
         for seed in (3, 4):
             for case in ex.public_cases() + ex.hidden_cases(seed):
-                verdict = ex.judge(case, call_outcome(ns[fn], case.args))
+                verdict = ex.judge(case, graded(ex, ns[fn], case))
                 assert verdict.passed, f"{lesson.name} {exercise_id}: {verdict.message}"
 
 
@@ -269,6 +334,22 @@ def test_every_lesson_solution_is_marked_for_the_student_notebook(lesson):
                 assert "# BEGIN SOLUTION" in cell and "# END SOLUTION" in cell, fn
 
 
+def test_ordinary_attributes_named_modules_or_compile_are_not_dynamic_lookups():
+    import ast
+
+    from mha.exercises._core import forbidden_uses
+
+    banned = ("mha", "torch.nn.functional.scaled_dot_product_attention")
+    honest = ("def f(layer, x):\n    n = len(list(layer.modules()))\n    g = torch.compile(torch.exp)\n"
+              "    pattern = re.compile('x')\n    return g(x) * n\n")
+    assert forbidden_uses(ast.parse(honest), banned) == []
+    for sneaky in ("import sys\ndef f(x):\n    return sys.modules['mha']\n",
+                   "import sys as s\ndef f(x):\n    return s.modules['mha']\n",
+                   "from sys import modules\ndef f(x):\n    return modules['mha']\n",
+                   "def f(x):\n    return eval(compile('1', 'f', 'eval'))\n"):
+        assert any("dynamic" in u for u in forbidden_uses(ast.parse(sneaky), banned)), sneaky
+
+
 def test_a_docstring_naming_a_forbidden_function_is_not_a_use():
     import ast
 
@@ -279,3 +360,62 @@ def test_a_docstring_naming_a_forbidden_function_is_not_a_use():
     assert forbidden_uses(ast.parse(honest), banned) == []
     hidden = 'def f(q, k):\n    """Doc."""\n    name = "scaled_dot_product_attention"\n    return q\n'
     assert forbidden_uses(ast.parse(hidden), banned) == ["scaled_dot_product_attention (named in a string)"]
+
+
+# ----------------------------------------------------------------------------- the graded-function contract
+
+def _ablate_in_place(head_outputs, w_o, head):
+    """The right numbers, with the caller's w_o zeroed on the way."""
+    d = head_outputs.shape[-1]
+    w_o[head * d:(head + 1) * d] = 0
+    return head_outputs.transpose(0, 1).reshape(head_outputs.shape[1], -1) @ w_o
+
+
+def test_check_names_an_argument_the_function_changed(capsys):
+    result = check("why.ablate_head", _ablate_in_place)
+    assert result.passed == 0
+    assert "changed its argument `w_o` (in place or in value)" in capsys.readouterr().out
+
+
+def test_an_in_place_operation_counts_even_when_the_values_come_back():
+    def rescales_and_restores(weights, keep, p):
+        weights.mul_(2.0).div_(2.0)           # the same values, two in-place operations
+        return weights * keep / (1 - p)
+
+    ex = get("layer.attention_dropout")
+    case = ex.public_cases()[0]
+    outcome = call_outcome(rescales_and_restores, case)
+    assert outcome.mutated == (0,) and not ex.judge(case, outcome).passed
+
+
+def test_a_statement_may_let_an_argument_change():
+    from dataclasses import replace
+
+    ex = replace(get("why.ablate_head"), may_modify=("w_o",))
+    for case in ex.public_cases():
+        assert ex.judge(case, call_outcome(_ablate_in_place, case)).passed
+
+
+def test_a_tensor_left_on_another_device_fails():
+    from dataclasses import replace
+
+    from mha.exercises import Outcome
+    from mha.exercises._core import plain
+
+    ex = get("onehead.stable_softmax")
+    case = ex.public_cases()[0]
+    moved = replace(plain(ex.reference(*case.args)), device="cuda:0")
+    verdict = ex.judge(case, Outcome("value", value=moved))
+    assert not verdict.passed and "device" in verdict.message
+
+
+def test_hidden_verdicts_say_nothing_of_the_inputs_values(capsys):
+    """The neutral message (what the grader shows) carries no number of the case; the message
+    check prints for a public case adds them."""
+    ex = get("cost.layer_flops")
+    case = ex.hidden_cases(5)[0]
+    verdict = ex.judge(case, call_outcome(lambda B, T, C, h: 7, case))
+    assert verdict.neutral == verdict.message == "wrong value"
+    public = ex.public_cases()[0]
+    shown = ex.judge(public, call_outcome(lambda B, T, C, h: 7, public))
+    assert shown.neutral == "wrong value" and shown.message.startswith("wrong value: expected")

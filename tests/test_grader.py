@@ -50,8 +50,9 @@ PARTIAL = '''
 import math
 import torch
 
-def attention_weights(q, k):
-    return torch.softmax(q @ k.T, dim=-1)          # forgot the scaling
+def batched_head(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v      # forgot the scaling
 
 def split_heads(x, num_heads):
     B, T, C = x.shape
@@ -67,10 +68,10 @@ def mha_params(embed_dim, num_heads, bias):
 def causal_mask(q_len, k_len):
     return torch.ones(q_len, k_len).tril(k_len - q_len)   # float, not bool
 
-def merge_heads(x):
+def heads_into_batch(x, num_heads):
     raise IndexError("oops")
 
-def kv_cache_bytes(layers, kv_heads, head_dim, seq_len, batch):
+def max_kv_heads(memory_bytes, layers, num_heads, head_dim, seq_len, batch):
     return 0
 
 def gqa_params(embed_dim, num_heads, num_kv_heads, bias):
@@ -79,10 +80,9 @@ def gqa_params(embed_dim, num_heads, num_kv_heads, bias):
 
 
 VIEWS = '''
-def merge_heads(x):
-    B, h, T, d = x.shape
-    rows = x.view(B, h, T * d)   # right only while x is contiguous
-    return rows.view(B, h, T, d).permute(0, 2, 1, 3).reshape(B, T, h * d)
+def heads_into_batch(x, num_heads):
+    T, B, C = x.shape
+    return x.view(T, B * num_heads, C // num_heads).transpose(0, 1)   # right only while x is contiguous
 '''
 
 
@@ -104,9 +104,9 @@ def graded(tmp_path_factory):
         "not_notebook": d / "not_notebook.ipynb",
         "empty": notebook(d / "empty.ipynb"),
         "renamed": notebook(d / "renamed.ipynb", "def split_head(x, num_heads):\n    return x",
-                            "def merge_heads(x, extra, more):\n    return x"),
+                            "def heads_into_batch(x, extra, more):\n    return x"),
         "syntax": notebook(d / "syntax.ipynb", "def split_heads(x, num_heads)\n    return x",
-                           "import torch\n%matplotlib inline\ndef merge_heads(x):\n    return torch.zeros(1)"),
+                           "import torch\n%matplotlib inline\ndef heads_into_batch(x, num_heads):\n    return torch.zeros(1)"),
     }
     subs["partial"].write_text(PARTIAL)
     subs["views"].write_text(VIEWS)
@@ -140,10 +140,10 @@ def test_the_lessons_folder_with_its_solutions_gets_full_marks_on_every_exercise
 
 
 def test_an_answer_that_views_its_input_loses_points_on_non_contiguous_inputs(graded):
-    e = by_id(graded["views"])["dims.merge_heads"]
+    e = by_id(graded["views"])["dims.heads_into_batch"]
     assert 0 < e.score < e.max_score, reports.details(graded["views"])
     failed = [c for c in e.checks if not c.passed]
-    assert failed and all("call .contiguous() before .view, or use .reshape" in c.message for c in failed)
+    assert failed and all("use .reshape, or .contiguous() before .view" in c.message for c in failed)
     assert any(c.hidden for c in failed)
 
 
@@ -156,13 +156,13 @@ def test_every_hidden_draw_catches_a_view_of_a_non_contiguous_input():
 
     ns = {"torch": torch}
     exec(VIEWS, ns)
-    ex = EXERCISES["dims.merge_heads"]
+    ex = EXERCISES["dims.heads_into_batch"]
     for seed in range(200):
         caught = False
         for case in ex.hidden_cases(seed):
             if case.noncontiguous:
                 try:
-                    ns["merge_heads"](noncontiguous(case.args[0]))
+                    ns["heads_into_batch"](noncontiguous(case.args[0]), case.args[1])
                 except RuntimeError:
                     caught = True
         assert caught, seed
@@ -214,12 +214,12 @@ def test_partial_credit_per_check_with_clear_messages(graded):
     assert any("should raise ValueError" in c.message for c in e["dims.shapes"].checks)
     assert e["params.mha_params"].score > 0  # right without biases
     assert any("biases" in c.message for c in e["params.mha_params"].checks)
-    assert e["heads.attention_weights"].score == 0
-    assert any("sqrt(d)" in c.message for c in e["heads.attention_weights"].checks)
+    assert e["heads.batched_head"].score == 0
+    assert any("sqrt(d)" in c.message for c in e["heads.batched_head"].checks)
     assert any("wrong dtype" in c.message for c in e["masking.causal_mask"].checks)
-    assert all(c.message == "raised IndexError" for c in e["dims.merge_heads"].checks)
-    assert e["params.kv_cache_bytes"].status == "wrong signature"
-    assert "expected the signature kv_cache_bytes(layers" in e["params.kv_cache_bytes"].message
+    assert all(c.message == "raised IndexError" for c in e["dims.heads_into_batch"].checks)
+    assert e["params.max_kv_heads"].status == "wrong signature"
+    assert "expected the signature max_kv_heads(memory_bytes" in e["params.max_kv_heads"].message
     assert any("return an int" in c.message for c in e["params.gqa_params"].checks)
     assert e["masking.decoder_mask"].status == "missing"
     assert 0 < r.score < TOTAL
@@ -244,7 +244,7 @@ def test_an_empty_notebook_reports_every_function_missing(graded):
 def test_renamed_functions_and_wrong_signatures_are_named(graded):
     e = by_id(graded["renamed"])
     assert "found split_head(...) - rename it to split_heads" in e["dims.split_heads"].message
-    assert e["dims.merge_heads"].status == "wrong signature"
+    assert e["dims.heads_into_batch"].status == "wrong signature"
 
 
 def test_a_cell_with_a_syntax_error_is_skipped_and_magics_are_ignored(graded):
@@ -252,8 +252,8 @@ def test_a_cell_with_a_syntax_error_is_skipped_and_magics_are_ignored(graded):
     assert any("syntax error" in n for n in r.notes)
     e = by_id(r)
     assert e["dims.split_heads"].status == "missing"
-    assert e["dims.merge_heads"].status == "graded"  # ran, wrong shape
-    assert all(c.message == "wrong shape" for c in e["dims.merge_heads"].checks)
+    assert e["dims.heads_into_batch"].status == "graded"  # ran, wrong shape
+    assert all(c.message == "wrong shape" for c in e["dims.heads_into_batch"].checks)
 
 
 def test_feedback_never_shows_hidden_inputs_or_expected_values(graded):

@@ -42,7 +42,7 @@ def test_the_suite_has_every_attack():
     names = {p.stem for p in ATTACKS}
     assert {"patch_comparisons", "patch_grader", "forged_objects", "exits", "kill_parent", "fake_output",
             "write_results", "read_reference", "infinite_loop", "memory_bomb", "fork_bomb", "huge_output",
-            "background_process", "forbidden_calls", "read_reference_runpy", "network"} <= names
+            "background_process", "forbidden_calls", "read_reference_runpy", "network", "hide_changes"} <= names
 
 
 @pytest.mark.parametrize("attack", [p.stem for p in ATTACKS])
@@ -68,12 +68,12 @@ def test_runaway_code_is_stopped_with_the_reason(graded):
     def status(attack, ex):
         return next(e for e in reps[attack].exercises if e.id == ex)
 
-    assert status("infinite_loop", "heads.attention_weights").status == "timeout"
+    assert status("infinite_loop", "heads.batched_head").status == "timeout"
     assert status("infinite_loop", "heads.single_head").status == "timeout"
-    assert status("exits", "dims.merge_heads").status == "crashed"   # os._exit
+    assert status("exits", "dims.heads_into_batch").status == "crashed"   # os._exit
     assert "SystemExit" in status("exits", "dims.split_heads").checks[0].message
     assert status("fork_bomb", "masking.causal_mask").status in ("timeout", "crashed")
-    bomb = status("memory_bomb", "heads.multi_head")  # MemoryError, or slow enough to time out
+    bomb = status("memory_bomb", "heads.multi_query_head")  # MemoryError, or slow enough to time out
     assert bomb.status == "timeout" or bomb.checks[0].message.startswith("raised")
     assert status("memory_bomb", "dims.split_heads").checks[0].message == "raised RuntimeError"
 
@@ -81,9 +81,19 @@ def test_runaway_code_is_stopped_with_the_reason(graded):
 def test_forbidden_calls_are_refused_before_running(graded):
     r = graded[0]["forbidden_calls"]
     statuses = {e.id: e.status for e in r.exercises}
-    for ex in ("dims.split_heads", "dims.merge_heads", "masking.causal_mask", "masking.decoder_mask",
-               "heads.multi_head"):
+    for ex in ("dims.split_heads", "dims.heads_into_batch", "masking.causal_mask", "masking.decoder_mask",
+               "heads.multi_query_head", "onehead.stable_softmax", "flash.tiled_window_forward"):
         assert statuses[ex] == "forbidden", reports.details(r)
+    # autograd through torch.func is refused when it runs, with the same message as in check
+    jac = next(e for e in r.exercises if e.id == "grads.softmax_jacobian")
+    assert jac.score == 0 and all("may not use" in c.message for c in jac.checks), reports.details(r)
+
+
+def test_changed_arguments_are_seen_even_when_the_submission_patches_the_worker(graded):
+    r = graded[0]["hide_changes"]
+    for ex in ("why.ablate_head", "induction.mean_ablate_head"):
+        e = next(e for e in r.exercises if e.id == ex)
+        assert e.score == 0 and all("changed its argument" in c.message for c in e.checks), reports.details(r)
 
 
 def test_no_process_outlives_the_grading(graded):

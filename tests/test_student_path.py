@@ -1,6 +1,7 @@
 """A student's path, as a new user walks it: from the built website only, into an empty
-folder and a fresh virtual environment, install the package the site offers, and run a
-downloaded student notebook headlessly.
+folder and a fresh virtual environment, install the package the site offers, run a
+downloaded student notebook headlessly, then, for every lesson, answer its exercises, run
+the notebook with the checks, and grade it with the grader of the installed package.
 
 The website offers, next to each lesson's student notebook, the `mha` wheel that `make book`
 builds, and the page "How to use this course" gives the command that installs it. Here the
@@ -11,6 +12,8 @@ fresh environment while the site builds (tests/conftest.py), as it needs nothing
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,9 +23,12 @@ import nbformat
 import pytest
 from bs4 import BeautifulSoup
 
-from conftest import ARTIFACTS, make_student_env, prepared_student_env, run_id
+from conftest import ARTIFACTS, ROOT, make_student_env, prepared_student_env, run_id
+from mha.grading import extract
+from mha.notebooks import BEGIN, END, STUB
 
 LESSON = "04-parameter-counts"  # a short lesson with three exercises
+LESSONS = sorted(p.stem for p in (ROOT / "lessons").glob("*.md") if 'check("' in p.read_text())
 RUNNER = """\
 import sys, nbformat, nbclient
 nb = nbformat.read(sys.argv[1], as_version=4)
@@ -45,16 +51,18 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def student_folder(built_site, tmp_path_factory) -> Path:
-    """An empty folder holding only what a student downloads from the site."""
+    """An empty folder holding only what a student downloads from the site: the wheel and
+    every lesson's student notebook."""
     folder = tmp_path_factory.mktemp("student-path")
     wheels = downloads(built_site, "book/how-to-use", ".whl")
     assert len(wheels) == 1 and wheels[0].is_file(), f"how-to-use offers no wheel: {wheels}"
-    lesson_wheels = downloads(built_site, f"lessons/{LESSON}", ".whl")
-    assert [w.name for w in lesson_wheels] == [wheels[0].name], "the lesson page must offer the same wheel"
-    notebooks = downloads(built_site, f"lessons/{LESSON}", ".ipynb")
-    assert len(notebooks) == 1 and notebooks[0].is_file(), f"no student notebook on the page: {notebooks}"
-    for f in wheels + notebooks:
-        shutil.copy(f, folder / f.name)
+    shutil.copy(wheels[0], folder / wheels[0].name)
+    for lesson in LESSONS:
+        lesson_wheels = downloads(built_site, f"lessons/{lesson}", ".whl")
+        assert [w.name for w in lesson_wheels] == [wheels[0].name], f"{lesson} must offer the same wheel"
+        notebooks = downloads(built_site, f"lessons/{lesson}", ".ipynb")
+        assert len(notebooks) == 1 and notebooks[0].is_file(), f"no student notebook on {lesson}: {notebooks}"
+        shutil.copy(notebooks[0], folder / notebooks[0].name)
     return folder
 
 
@@ -115,3 +123,62 @@ def test_student_path_from_the_site_to_a_running_notebook(student_folder, fresh_
     for c in checks:
         text = "".join(o.get("text", "") for o in c.outputs)
         assert "not attempted" in text, text
+
+
+def answer(notebook: Path, lesson: str, out: Path) -> int:
+    """The downloaded notebook with every stub answered as a student who got it right would:
+    the cell that defines the function, with the body the lesson's solution gives (taken from
+    the lesson's source here, since the site hides it). Returns the number of answers."""
+    solutions = {}
+    for cell in extract.markdown_cells((ROOT / "lessons" / f"{lesson}.md").read_text()):
+        if BEGIN in cell:
+            body = "\n".join(line for line in cell.splitlines() if line.strip() not in (BEGIN, END))
+            for name in re.findall(r"^def (\w+)\(", cell, re.M):
+                solutions[name] = body
+    nb = nbformat.read(notebook, as_version=4)
+    answered = 0
+    for cell in nb.cells:
+        if cell.cell_type == "code" and STUB in cell.source:
+            name = re.findall(r"^def (\w+)\(", cell.source, re.M)[-1]
+            cell.source = solutions[name]
+            answered += 1
+    nbformat.write(nb, out)
+    return answered
+
+
+@pytest.fixture(scope="module")
+def installed(student_folder, fresh_env) -> Path:
+    """The fresh environment with the offered wheel installed: its python."""
+    py = fresh_env / "bin" / "python"
+    wheel = next(student_folder.glob("*.whl"))
+    proc = run([py, "-m", "pip", "install", "--quiet", "--no-compile", wheel.name], cwd=student_folder)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (student_folder / "run.py").write_text(RUNNER)
+    return py
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_lesson_answered_passes_its_checks_and_gets_full_marks(student_folder, installed, lesson):
+    """Answer a downloaded notebook, run it in the fresh environment (every check cell must
+    say that all public checks pass), and grade it with the installed package's `mha grade`:
+    full marks."""
+    answered = student_folder / f"{lesson}-answered.ipynb"
+    n = answer(student_folder / f"{lesson}.ipynb", lesson, answered)
+    assert n >= 3, f"{lesson}: {n} exercises to answer"
+    executed = student_folder / f"{lesson}-executed.ipynb"
+    proc = run([installed, "run.py", answered.name, executed.name], cwd=student_folder, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    code = [c for c in nbformat.read(executed, as_version=4).cells if c.cell_type == "code"]
+    checks = [c for c in code if c.source.lstrip().startswith("check(")]
+    assert len(checks) == n
+    for c in checks:
+        text = "".join(o.get("text", "") for o in c.outputs)
+        assert re.search(r"all \d+ public checks pass", text) and "FAIL" not in text, text
+
+    report = student_folder / f"{lesson}-grades.json"
+    proc = run([installed, "-m", "mha.cli", "grade", answered.name, "--only", lesson, "--json", report.name,
+                "--quiet"], cwd=student_folder, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    [graded] = json.loads(report.read_text())["submissions"]
+    assert len(graded["exercises"]) == n
+    assert graded["score"] == graded["max_score"] > 0, json.dumps(graded["exercises"], indent=1)[:3000]

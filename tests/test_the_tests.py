@@ -1,14 +1,20 @@
-"""Test the tests: every exercise's checks accept correct answers and catch its mistakes.
+"""Test the tests: every exercise's checks accept correct answers and catch wrong ones.
 
 For EVERY exercise in ``mha.exercises.EXERCISES`` (a new module is picked up with no edit
-here), over many hidden draws:
+here), over many hidden draws, with the rules the grader applies (forbidden functions
+trapped, arguments watched, operations recorded where the exercise audits them):
 
 - the reference and the correct solutions in ``tests/alternatives/<module>.py`` (at least
   two per exercise, written differently) get full marks on the public and hidden checks,
   in every dtype the exercise lists in ``dtypes`` (floating tensor arguments cast to it),
-  with the non-contiguous arguments a case asks for, as the grader passes them;
+  with the non-contiguous arguments a case asks for, as the grader passes them: no false
+  negative;
 - every listed Mistake loses points on every hidden draw, with its hint;
-- and once, through the real sandboxed grader, the alternatives get full marks.
+- every held-out wrong answer (``WRONG``) and forbidden shortcut (``FORBIDDEN``) loses
+  points on every draw: no false positive;
+- ``check`` in a notebook and the grader agree, check by check, on the reference, every
+  listed mistake and every held-out answer: in-process for all of them, and through the
+  real sandboxed grader for every answer that has source code.
 
 ``MHA_TEST_SEEDS`` sets the number of hidden draws (default 200).
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import re
 import textwrap
 from dataclasses import replace
 
@@ -26,13 +33,15 @@ import torch
 
 from alternatives import load as load_alternatives
 from mha.exercises import EXERCISES, get, select
-from mha.exercises._core import Case
-from mha.exercises.feedback import call_outcome
+from mha.exercises._core import Case, settle
+from mha.exercises.feedback import call_outcome, traps_of
 from mha.grading.answer_key import source_chunks
 
 SEEDS = range(int(os.environ.get("MHA_TEST_SEEDS", "200")))
 IDS = list(EXERCISES)
-CORRECT = load_alternatives()
+CORRECT = load_alternatives("CORRECT")
+WRONG = load_alternatives("WRONG")
+FORBIDDEN = load_alternatives("FORBIDDEN")
 SHOWN = 8  # failures quoted in a message
 
 
@@ -60,6 +69,12 @@ def where(ex, case: Case, seed, dtype) -> str:
     return f"{kind}, {dtype or 'as drawn'}: {ex.function}({args}{strided})"
 
 
+def graded_call(ex, fn, case):
+    """``fn`` on ``case`` as the grader's worker calls it (traps, watched arguments, recorded
+    operations where the exercise audits them)."""
+    return call_outcome(fn, case, traps=tuple(traps_of(ex)), trace=ex.audit is not None)
+
+
 def report(failures: list[str], total: int, what: str) -> str:
     shown = "\n  ".join(failures[:SHOWN])
     more = f"\n  ... and {len(failures) - SHOWN} more" if len(failures) > SHOWN else ""
@@ -79,9 +94,34 @@ def test_each_exercise_has_two_correct_alternatives(exercise_id):
     assert all(callable(fn) for fn in found), exercise_id
 
 
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_each_exercise_has_two_held_out_wrong_answers(exercise_id):
+    found = WRONG.get(exercise_id, [])
+    module = exercise_id.split(".")[0]
+    assert len(found) >= 2, (
+        f"{exercise_id} has {len(found)} held-out wrong answer(s): add at least two classic wrong answers, "
+        f"other than its listed mistakes, as WRONG[{exercise_id!r}] = [fn_a, fn_b] in tests/alternatives/{module}.py")
+
+
 def test_every_alternative_belongs_to_an_exercise():
-    unknown = sorted(set(CORRECT) - set(EXERCISES))
-    assert not unknown, f"CORRECT names exercises that do not exist: {unknown}"
+    for kind, found in (("CORRECT", CORRECT), ("WRONG", WRONG), ("FORBIDDEN", FORBIDDEN)):
+        unknown = sorted(set(found) - set(EXERCISES))
+        assert not unknown, f"{kind} names exercises that do not exist: {unknown}"
+
+
+def _forbids_a_shortcut(exercise_id) -> bool:
+    """Whether the exercise forbids a function that computes (part of) its answer: anything
+    but the course package and the attention layers forbidden everywhere in the early lessons."""
+    from mha.exercises.heads import NO_MHA
+
+    return any(f not in NO_MHA for f in get(exercise_id).forbidden)
+
+
+@pytest.mark.parametrize("exercise_id", [i for i in IDS if _forbids_a_shortcut(i)])
+def test_each_exercise_that_forbids_a_function_has_a_shortcut_through_it(exercise_id):
+    assert FORBIDDEN.get(exercise_id), (
+        f"{exercise_id} forbids {get(exercise_id).forbidden}: add a shortcut through one of them as "
+        f"FORBIDDEN[{exercise_id!r}] in tests/alternatives/{exercise_id.split('.')[0]}.py")
 
 
 def _shape_of_code(fn) -> str:
@@ -110,6 +150,18 @@ def test_alternatives_are_not_copies_of_the_reference_or_of_each_other(exercise_
         seen[shape] = fn.__name__
 
 
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_the_forbidden_use_checks_accept_the_reference_and_every_correct_answer(exercise_id):
+    """Neither the grader's static check (on the source it would keep of a submission) nor
+    check's refuses the reference or a correct alternative."""
+    from mha.exercises.feedback import _forbidden_in
+
+    ex = get(exercise_id)
+    for fn in [ex.reference] + CORRECT.get(exercise_id, []):
+        assert _grader_static(ex, fn) is None, f"{exercise_id}: the grader refuses {fn.__name__}"
+        assert _forbidden_in(fn, ex) == [], f"{exercise_id}: check refuses {fn.__name__}"
+
+
 # ----------------------------------------------------------------------------- full marks
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -124,7 +176,7 @@ def test_correct_answers_get_full_marks_on_every_draw_in_every_dtype(exercise_id
                 expected = None if case.raises else ex.expected(case)
                 for name, fn in answers:
                     total += 1
-                    verdict = ex.judge(case, call_outcome(fn, case), expected=expected, mistake_values=[])
+                    verdict = ex.judge(case, graded_call(ex, fn, case), expected=expected, mistake_values=[])
                     if not verdict.passed:
                         failures.append(f"{name}, {where(ex, case, seed, dtype)}: {verdict.message}")
     assert not failures, report(failures, total, f"checks fail a correct answer of {exercise_id}")
@@ -140,7 +192,7 @@ def test_every_mistake_loses_points_on_every_hidden_draw_with_its_hint(exercise_
         cases = ex.hidden_cases(seed)
         keys = [(None, None) if c.raises else (ex.expected(c), ex.mistake_values(c)) for c in cases]
         for k, m in enumerate(ex.mistakes):
-            verdicts = [ex.judge(c, call_outcome(m.wrong, c), expected=e, mistake_values=w)
+            verdicts = [ex.judge(c, graded_call(ex, m.wrong, c), expected=e, mistake_values=w)
                         for c, (e, w) in zip(cases, keys)]
             if all(v.passed for v in verdicts):
                 failures.append(f"mistake {k} ({m.hint[:60]}...) passes every check of hidden draw {seed}")
@@ -152,43 +204,176 @@ def test_every_mistake_loses_points_on_every_hidden_draw_with_its_hint(exercise_
     assert not failures, report(failures, total, f"(mistake, hidden draw) pairs of {exercise_id} go wrong")
 
 
+# ----------------------------------------------------------------------------- no false positive
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_every_held_out_wrong_answer_and_shortcut_loses_points_on_every_draw(exercise_id):
+    """What the grader runs in one grading (the public checks and one hidden draw), for every
+    draw: each wrong answer must lose a point in every one of them."""
+    from mha.exercises.feedback import _forbidden_in
+
+    ex = get(exercise_id)
+    answers = [(fn.__name__, fn) for fn in WRONG.get(exercise_id, []) + FORBIDDEN.get(exercise_id, [])
+               if not _forbidden_in(fn, ex)]      # a shortcut the static check refuses scores 0 anyway
+    public = ex.public_cases()
+    failures, total = [], 0
+    for seed in SEEDS:
+        cases = public + ex.hidden_cases(seed)
+        keys = [None if c.raises else ex.expected(c) for c in cases]
+        for name, fn in answers:
+            total += 1
+            verdicts = settle(cases, [ex.judge(c, graded_call(ex, fn, c), expected=e, mistake_values=[])
+                                      for c, e in zip(cases, keys)])
+            if all(v.passed for v in verdicts):
+                failures.append(f"{name} gets full marks on hidden draw {seed}")
+    assert not failures, report(failures, total, f"(wrong answer, draw) pairs of {exercise_id} get full marks")
+
+
+# ----------------------------------------------------------------------------- check = grader
+
+def _grader_in_process(ex, fn, cases, tmp_path):
+    """The grader's verdicts on ``cases`` without the sandbox: the worker's own call procedure
+    (mha/_calls.py as the worker loads it) writes the result files, and the grader reads and
+    judges them with its own functions."""
+    import json
+
+    from mha.grading import grader, worker
+
+    plain, calls = worker.load_plain(), worker.load_calls()
+    out_arrays: dict = {}
+    records = [calls.run_case(fn, [a.clone() if isinstance(a, torch.Tensor) else a for a in c.args], plain=plain,
+                              arrays=out_arrays, noncontiguous=c.noncontiguous, traps=grader._traps(ex),
+                              trace=ex.audit is not None) for c in cases]
+    index, data = plain.pack(out_arrays)
+    (tmp_path / "0.bin").write_bytes(data)
+    (tmp_path / "0.json").write_text(json.dumps({"results": records, "arrays": index}))
+    return grader._judge(ex, cases, tmp_path, 0)
+
+
+def _grader_static(ex, fn) -> str | None:
+    """What the grader's static check says of ``fn``'s source (as the grader extracts it from
+    a notebook), or None; None too for a function without source of its own (a lambda)."""
+    from mha.exercises._core import forbidden_uses
+    from mha.grading import extract
+
+    try:
+        source = "\n\n".join(text for _, text in source_chunks(fn, ex.function))
+    except (ValueError, OSError, TypeError):
+        return None
+    stmts, _ = extract.parse_cells([source])
+    info = extract.find_function(stmts, ex.function, ex.params)
+    if info.problem:
+        return info.problem
+    used = forbidden_uses(ast.Module(body=info.statements, type_ignores=[]), ex.forbidden)
+    return ", ".join(used) or None
+
+
+def _answers(exercise_id):
+    ex = get(exercise_id)
+    return ([("the reference", ex.reference)]
+            + [(f"mistake {k}", m.wrong) for k, m in enumerate(ex.mistakes)]
+            + [(fn.__name__, fn) for kind in (CORRECT, WRONG, FORBIDDEN) for fn in kind.get(exercise_id, [])])
+
+
+def _disagreements(name, result, report_) -> list[str]:
+    """Where ``check``'s result and the grader's report of the same answer differ."""
+    if report_.status != "graded":   # refused before running: forbidden, wrong signature...
+        if result.score != 0 or not result.problems:
+            return [f"{name}: the grader refuses it ({report_.status}: {report_.message}) but check scores "
+                    f"{result.score} with no warning"]
+        return []
+    problems = []
+    public = [c for c in report_.checks if not c.hidden]
+    if len(public) != len(result.verdicts):
+        return [f"{name}: {len(public)} public checks in the grader, {len(result.verdicts)} in check"]
+    for k, (mine, theirs) in enumerate(zip(result.verdicts, public)):
+        if mine.passed != theirs.passed:
+            problems.append(f"{name}, public check {k + 1}: check says {'pass' if mine.passed else 'fail'} "
+                            f"({mine.neutral}), the grader {'pass' if theirs.passed else 'fail'} ({theirs.message})")
+        elif not mine.passed and mine.neutral != theirs.message:
+            problems.append(f"{name}, public check {k + 1}: check says {mine.neutral!r}, the grader {theirs.message!r}")
+    return problems
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_check_and_the_grader_agree_on_every_tested_answer(exercise_id, tmp_path, capsys):
+    """The reference, every listed mistake and every held-out answer: check's verdict on each
+    public check equals the grader's (pass or fail, and the same message)."""
+    from mha.exercises import check
+
+    ex = get(exercise_id)
+    cases = ex.public_cases()
+    problems = []
+    for name, fn in _answers(exercise_id):
+        result = check(exercise_id, fn)
+        graded = _grader_in_process(ex, fn, cases, tmp_path)
+        refused = _grader_static(ex, fn)
+        if refused:           # the grader refuses it before running it
+            graded.status, graded.message = "forbidden", refused
+        problems += _disagreements(name, result, graded)
+        out = capsys.readouterr().out
+        if re.search(r"all \d+ public checks pass", out) and not (
+                graded.status == "graded" and all(c.passed for c in graded.checks)):
+            problems.append(f"{name}: check prints that every public check passes, the grader disagrees")
+    assert not problems, "\n".join(problems[:SHOWN])
+
+
 # ----------------------------------------------------------------------------- the real grader
 
-def _groups(choice: int) -> list[dict[str, list[tuple[str, str]]]]:
-    """Submissions made of the ``choice``-th alternative of every exercise, split where two
-    alternatives' helpers would bind one name to different code."""
+def _groups(choice: int, answers: dict) -> list[dict[str, list[tuple[str, str]]]]:
+    """Submissions made of the ``choice``-th answer of every exercise in ``answers``, split where
+    two answers' helpers would bind one name to different code."""
     groups: list[tuple[dict, dict]] = []  # (exercise id -> chunks, name -> source)
-    for exercise_id, fns in CORRECT.items():
-        if exercise_id not in EXERCISES:
+    for exercise_id, fns in answers.items():
+        if exercise_id not in EXERCISES or choice >= len(fns):
             continue
         ex = EXERCISES[exercise_id]
-        chunks = source_chunks(fns[choice % len(fns)], ex.function)
+        chunks = source_chunks(fns[choice], ex.function)
         for members, names in groups:
             if all(names.get(n, text) == text or text.startswith(("import ", "from ")) for n, text in chunks):
                 break
         else:
             members, names = {}, {}
             groups.append((members, names))
-        members[exercise_id] = chunks
+        members[exercise_id] = (fns[choice], chunks)
         names.update(chunks)
     return [members for members, _ in groups]
 
 
-def test_alternatives_get_full_marks_from_the_sandboxed_grader(tmp_path):
-    """The first and the second alternative of every exercise, as submissions graded in
-    one batch by the real grader (fresh hidden draws, sandboxed worker)."""
+def test_check_and_the_sandboxed_grader_agree_on_every_held_out_answer(tmp_path, capsys):
+    """Every correct, wrong and forbidden answer with source code, and every reference, as
+    submissions graded in one batch by the real grader (fresh hidden draws, sandboxed worker):
+    correct answers get full marks, wrong ones and shortcuts lose points, and on every public
+    check the grader and ``check`` agree."""
+    from mha.exercises import check
     from mha.grading import reports
     from mha.grading.grader import grade_many
     from mha.grading.sandbox import Limits
 
-    groups = _groups(0) + _groups(1)
+    answers = {i: [get(i).reference] + CORRECT.get(i, []) + WRONG.get(i, []) + FORBIDDEN.get(i, []) for i in IDS}
+    verdict = {i: ["correct"] * (1 + len(CORRECT.get(i, []))) + ["wrong"] * len(WRONG.get(i, []))
+               + ["forbidden"] * len(FORBIDDEN.get(i, [])) for i in IDS}
+    groups = [g for choice in range(max(map(len, answers.values()))) for g in _groups(choice, answers)]
     paths = []
     for n, members in enumerate(groups):
-        path = tmp_path / f"alternatives{n}.py"
-        path.write_text("\n\n".join("\n\n".join(t for _, t in chunks) for chunks in members.values()))
+        path = tmp_path / f"answers{n}.py"
+        path.write_text("\n\n".join("\n\n".join(t for _, t in chunks) for _, chunks in members.values()))
         paths.append(path)
-    graded = grade_many(paths, select(), limits=Limits(exercise_s=20, submission_s=300), jobs=2)
+    graded = grade_many(paths, select(), limits=Limits(exercise_s=30, submission_s=600), jobs=2)
+    problems = []
     for r, members in zip(graded, groups):
-        mine = [e for e in r.exercises if e.id in members]
-        assert len(mine) == len(members)
-        assert all(e.score == e.max_score for e in mine), reports.details(r)
+        for e in r.exercises:
+            if e.id not in members:
+                continue
+            fn, _ = members[e.id]
+            kind = verdict[e.id][answers[e.id].index(fn)]
+            name = f"{e.id} {fn.__name__}"
+            if kind == "correct" and e.score != e.max_score:
+                problems.append(f"{name} is correct but gets {e.score}/{e.max_score}:\n{reports.details(r)}")
+            if kind != "correct" and e.score >= e.max_score:
+                problems.append(f"{name} is {kind} but gets full marks")
+            if kind == "forbidden" and e.score != 0:
+                problems.append(f"{name} goes through a forbidden function but gets {e.score}")
+            problems += _disagreements(name, check(e.id, fn), e)
+            capsys.readouterr()
+    assert not problems, "\n".join(problems[:SHOWN])

@@ -60,7 +60,11 @@ def encode(value, arrays: dict, depth: int = 0):
         t = torch.Tensor.detach(value)
         if t.dtype == torch.bfloat16:
             t = t.float()
-        return _array(np.array(torch.Tensor.numpy(t.cpu().contiguous()), copy=True), "tensor", dtype, arrays)
+        tree = _array(np.array(torch.Tensor.numpy(t.cpu().contiguous()), copy=True), "tensor", dtype, arrays)
+        device = str(value.device)
+        if device != "cpu" and tree["t"] == "tensor":
+            tree["dev"] = device[:20]  # judged: an answer stays on its inputs' device
+        return tree
     if isinstance(value, np.ndarray):
         return _array(np.array(value, copy=True), "ndarray", str(value.dtype), arrays)
     if torch is not None and isinstance(value, torch.Size):
@@ -146,6 +150,7 @@ class Value:
     data: object = None
     dtype: str | None = None
     length: int | None = None
+    device: str | None = None  # for a tensor that was not on the CPU
 
     def describe(self, reveal: bool = True) -> str:
         """A short description that never includes array values; with ``reveal=False``
@@ -211,7 +216,8 @@ def _validate(tree, arrays, depth, np) -> Value:
             raise MalformedResult("array of an unexpected type")
         if dtype != "bfloat16" and dtype != held:
             raise MalformedResult("array dtype does not match")
-        return Value(t, a, dtype=dtype)
+        device = tree.get("dev")
+        return Value(t, a, dtype=dtype, device=device[:20] if isinstance(device, str) else None)
     if t in ("tuple", "list") and isinstance(v, list) and len(v) <= MAX_ITEMS:
         n = tree.get("n")
         return Value(t, tuple(_validate(x, arrays, depth + 1, np) for x in v),

@@ -44,35 +44,118 @@ def crossover_length_ratio(embed_dim, num_heads, num_kv_heads):
 
 # ---------------------------------------------------------------- naive_weights_bytes
 
-def naive_weights_bytes_tensor(batch, num_heads, seq_len, bytes_per_element):
-    """Ask torch for the size of an empty tensor of that shape, without allocating it."""
-    dtype = {1: torch.uint8, 2: torch.float16, 4: torch.float32, 8: torch.float64}[bytes_per_element]
-    meta = torch.empty(batch, num_heads, seq_len, seq_len, dtype=dtype, device="meta")
-    return meta.numel() * meta.element_size()
+def layer_flops_wrong_no_heads_core(batch, seq_len, embed_dim, num_heads):
+    """The T^2 part counted for one head of width C / h."""
+    d = embed_dim // num_heads
+    return 8 * batch * seq_len * embed_dim ** 2 + 4 * batch * seq_len ** 2 * d
 
 
-def naive_weights_bytes_rows(batch, num_heads, seq_len, bytes_per_element):
-    """One row of weights per query, per head, per sequence."""
-    row = seq_len * bytes_per_element
-    rows = 0
-    for _ in range(batch):
-        rows += num_heads * seq_len
-    return rows * row
+def layer_flops_wrong_macs(batch, seq_len, embed_dim, num_heads):
+    """Multiply-adds, not FLOPs, and only three projections."""
+    return 3 * batch * seq_len * embed_dim ** 2 + 2 * batch * seq_len ** 2 * embed_dim
+
+
+def layer_flops_wrong_float(batch, seq_len, embed_dim, num_heads):
+    return 8.0 * batch * seq_len * embed_dim ** 2 + 4.0 * batch * seq_len ** 2 * embed_dim
+
+
+def crossover_wrong_mha_always(embed_dim, num_heads, num_kv_heads):
+    return 2 * embed_dim
+
+
+def crossover_wrong_kv_heads_full_width(embed_dim, num_heads, num_kv_heads):
+    """An algebra slip: K and V counted twice when the factor 2 T is cancelled."""
+    return embed_dim + 2 * num_kv_heads * (embed_dim // num_heads)
+
+
+def crossover_wrong_float(embed_dim, num_heads, num_kv_heads):
+    return embed_dim + num_kv_heads * embed_dim / num_heads
+
+
+# ---------------------------------------------------------------- backward_flops
+
+def backward_flops_by_matmul(batch, seq_len, embed_dim, num_heads, input_grad):
+    """Every product of the backward pass with its shape, as (n, m, k, p): n products of
+    (m, k) @ (k, p)."""
+    B, T, C, h = batch, seq_len, embed_dim, num_heads
+    d = C // h
+    products = [(4, C, B * T, C)]                                 # dW = x^T dY for the four projections
+    products.append((1, B * T, C, C))                             # d(heads' output) = dY W_O^T
+    if input_grad:
+        products.append((3, B * T, C, C))                         # dX through W_Q, W_K, W_V
+    products += [(B * h, T, T, d), (B * h, T, d, T),              # dV = P^T dO, dP = dO V^T
+                 (B * h, T, T, d), (B * h, T, T, d)]              # dQ = dS K, dK = dS^T Q
+    return sum(n * 2 * m * k * p for n, m, k, p in products)
+
+
+def backward_flops_twice_forward(batch, seq_len, embed_dim, num_heads, input_grad):
+    """Twice the forward, less the three input gradients nobody needs."""
+    forward = 8 * batch * seq_len * embed_dim ** 2 + 4 * batch * seq_len ** 2 * embed_dim
+    unused = 0 if input_grad else 3 * 2 * batch * seq_len * embed_dim ** 2
+    return 2 * forward - unused
+
+
+def backward_wrong_no_input_grads(batch, seq_len, embed_dim, num_heads, input_grad):
+    """Weights' gradients only, whatever input_grad says."""
+    return 8 * batch * seq_len * embed_dim ** 2 + 8 * batch * seq_len ** 2 * embed_dim
+
+
+def backward_wrong_recomputes(batch, seq_len, embed_dim, num_heads, input_grad):
+    """Adds the recomputed Q K^T of FlashAttention's backward, which this one does not do."""
+    return backward_flops_twice_forward(batch, seq_len, embed_dim, num_heads, input_grad) + \
+        2 * batch * seq_len ** 2 * embed_dim
+
+
+def backward_wrong_flag_inverted(batch, seq_len, embed_dim, num_heads, input_grad):
+    return backward_flops_twice_forward(batch, seq_len, embed_dim, num_heads, not input_grad)
 
 
 # ---------------------------------------------------------------- loglog_slope
 
-def loglog_slope_lstsq(x, y):
+def loglog_slope_forbidden_lstsq(x, y):
     """Solve the least-squares problem [log x, 1] @ [p, log a] = log y."""
     design = torch.stack([x.log(), torch.ones_like(x)], dim=1)         # (n, 2)
     solution = torch.linalg.lstsq(design, y.log()[:, None]).solution   # (2, 1)
     return solution[0, 0]
 
 
-def loglog_slope_numpy(x, y):
+def loglog_slope_forbidden_polyfit(x, y):
     """numpy's polyfit in float64, returned in the input's dtype."""
     p = np.polyfit(np.log(x.double().numpy()), np.log(y.double().numpy()), 1)[0]
     return torch.tensor(p, dtype=x.dtype)
+
+
+def loglog_slope_normal_equations(x, y):
+    """The closed form from the normal equations, sums only, in float64."""
+    u, v = x.double().log(), y.double().log()
+    n = len(u)
+    p = (n * (u * v).sum() - u.sum() * v.sum()) / (n * (u * u).sum() - u.sum() ** 2)
+    return p.to(x.dtype)
+
+
+def loglog_slope_numpy_by_hand(x, y):
+    u, v = np.log(x.double().numpy()), np.log(y.double().numpy())
+    du = u - u.mean()
+    return torch.tensor(float(du @ (v - v.mean()) / (du @ du)), dtype=x.dtype)
+
+
+def loglog_slope_wrong_log10_x(x, y):
+    u, v = torch.log10(x), torch.log(y)
+    du = u - u.mean()
+    return (du * (v - v.mean())).sum() / (du * du).sum()
+
+
+def loglog_slope_wrong_y_on_x_reversed(x, y):
+    """The slope of log x against log y: the inverse of the exponent for noiseless data only."""
+    u, v = x.log(), y.log()
+    dv = v - v.mean()
+    return (dv * (u - u.mean())).sum() / (dv * dv).sum()
+
+
+def loglog_slope_wrong_mean_of_ratios(x, y):
+    """The mean of the slopes between neighbouring points."""
+    u, v = x.log(), y.log()
+    return ((v[1:] - v[:-1]) / (u[1:] - u[:-1])).mean()
 
 
 def loglog_slope_covariance(x, y):
@@ -84,6 +167,18 @@ def loglog_slope_covariance(x, y):
 CORRECT = {
     "cost.layer_flops": [layer_flops_by_matmul, layer_flops_factored],
     "cost.crossover_length": [crossover_length_search, crossover_length_ratio],
-    "cost.naive_weights_bytes": [naive_weights_bytes_tensor, naive_weights_bytes_rows],
-    "cost.loglog_slope": [loglog_slope_lstsq, loglog_slope_numpy, loglog_slope_covariance],
+    "cost.backward_flops": [backward_flops_by_matmul, backward_flops_twice_forward],
+    "cost.loglog_slope": [loglog_slope_normal_equations, loglog_slope_numpy_by_hand, loglog_slope_covariance],
+}
+
+WRONG = {
+    "cost.layer_flops": [layer_flops_wrong_no_heads_core, layer_flops_wrong_macs, layer_flops_wrong_float],
+    "cost.crossover_length": [crossover_wrong_mha_always, crossover_wrong_kv_heads_full_width, crossover_wrong_float],
+    "cost.backward_flops": [backward_wrong_no_input_grads, backward_wrong_recomputes, backward_wrong_flag_inverted],
+    "cost.loglog_slope": [loglog_slope_wrong_log10_x, loglog_slope_wrong_y_on_x_reversed,
+                          loglog_slope_wrong_mean_of_ratios],
+}
+
+FORBIDDEN = {
+    "cost.loglog_slope": [loglog_slope_forbidden_lstsq, loglog_slope_forbidden_polyfit],
 }

@@ -83,8 +83,71 @@ def alignment_numpy(weights, ideal):
     return torch.from_numpy(hits.transpose(1, 0, 2).reshape(w.shape[1], -1).mean(axis=1)).to(weights.dtype)
 
 
+def shapes_wrong_kdim_heads(batch, tgt_len, src_len, embed_dim, kdim, num_heads):
+    """Keys and values split from kdim instead of embed_dim."""
+    if embed_dim % num_heads:
+        raise ValueError("embed_dim must be divisible by num_heads")
+    d = embed_dim // num_heads
+    return {"k_proj": (embed_dim, kdim), "q": (batch, num_heads, tgt_len, d),
+            "k": (batch, num_heads, src_len, kdim // num_heads), "v": (batch, num_heads, src_len, kdim // num_heads),
+            "scores": (batch, num_heads, tgt_len, src_len), "out": (batch, tgt_len, embed_dim)}
+
+
+def shapes_wrong_no_error(batch, tgt_len, src_len, embed_dim, kdim, num_heads):
+    d = embed_dim // num_heads
+    return {"k_proj": (embed_dim, kdim), "q": (batch, num_heads, tgt_len, d), "k": (batch, num_heads, src_len, d),
+            "v": (batch, num_heads, src_len, d), "scores": (batch, num_heads, tgt_len, src_len),
+            "out": (batch, tgt_len, embed_dim)}
+
+
+def shapes_wrong_out_kdim(batch, tgt_len, src_len, embed_dim, kdim, num_heads):
+    """The output as wide as the encoder."""
+    right = shapes_by_hand(batch, tgt_len, src_len, embed_dim, kdim, num_heads)
+    return {**right, "out": (batch, tgt_len, kdim)}
+
+
+def mask_wrong_cross_causal_square(role, src_lengths, tgt_lengths, src_len, tgt_len):
+    """A causal part for every role."""
+    right = mask_with_loops(role, src_lengths, tgt_lengths, src_len, tgt_len)
+    q_len, k_len = right.shape[-2:]
+    return right & torch.ones(q_len, k_len, dtype=torch.bool).tril()
+
+
+def mask_wrong_no_expand(role, src_lengths, tgt_lengths, src_len, tgt_len):
+    """(B, 1, 1, Tk) for the padding-only roles: right values, but not the shape asked for."""
+    right = mask_with_loops(role, src_lengths, tgt_lengths, src_len, tgt_len)
+    return right[:, :, :1] if role in ("encoder", "cross") else right
+
+
+def mask_wrong_unknown_role_accepted(role, src_lengths, tgt_lengths, src_len, tgt_len):
+    """Treats any unknown role as the decoder's."""
+    known = role if role in ("encoder", "cross") else "decoder"
+    return mask_with_loops(known, src_lengths, tgt_lengths, src_len, tgt_len)
+
+
+def alignment_wrong_probability_mass(weights, ideal):
+    """The mean weight on the ideal key instead of the argmax hits."""
+    Tq = weights.shape[-2]
+    return weights[:, :, torch.arange(Tq), ideal].mean(dim=(0, 2))
+
+
+def alignment_wrong_first_sequence(weights, ideal):
+    return (weights[0].argmax(dim=-1) == ideal).to(weights.dtype).mean(dim=-1)
+
+
+def alignment_wrong_int(weights, ideal):
+    """Counts hits as integers."""
+    return (weights.argmax(dim=-1) == ideal).sum(dim=(0, 2))
+
+
 CORRECT = {
     "cross.cross_attention_shapes": [shapes_by_running_it, shapes_by_hand],
     "cross.mask_for_role": [mask_with_loops, mask_with_numpy],
     "cross.alignment_accuracy": [alignment_per_head_loop, alignment_numpy],
+}
+
+WRONG = {
+    "cross.cross_attention_shapes": [shapes_wrong_kdim_heads, shapes_wrong_no_error, shapes_wrong_out_kdim],
+    "cross.mask_for_role": [mask_wrong_cross_causal_square, mask_wrong_no_expand, mask_wrong_unknown_role_accepted],
+    "cross.alignment_accuracy": [alignment_wrong_probability_mass, alignment_wrong_first_sequence, alignment_wrong_int],
 }

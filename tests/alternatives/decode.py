@@ -1,4 +1,5 @@
-"""Correct solutions of the decoding exercises (lesson 11), each written differently from the reference."""
+"""Answers to the decoding exercises (lesson 11): correct ones written differently from the
+references, and classic wrong ones."""
 
 import math
 
@@ -6,31 +7,69 @@ import numpy as np
 import torch
 
 
-# ---------------------------------------------------------------- expand_kv_heads
+# ---------------------------------------------------------------- gqa_from_mha
 
-def expand_index_select(kv, num_heads):
-    """Gather K/V head i // r for every query head i."""
-    g = kv.shape[1]
-    if num_heads % g:
-        raise ValueError("num_heads must be a multiple of the number of K/V heads")
-    owner = torch.arange(num_heads) // (num_heads // g)          # [0, 0, 1, 1, ...]
-    return kv.index_select(1, owner)
-
-
-def expand_broadcast_reshape(kv, num_heads):
-    """Insert a group axis, broadcast it, then fold it into the head axis."""
-    B, g, T, d = kv.shape
-    if num_heads % g:
-        raise ValueError("num_heads must be a multiple of the number of K/V heads")
-    r = num_heads // g
-    return kv[:, :, None].expand(B, g, r, T, d).reshape(B, g * r, T, d)   # (B, g, r, T, d) -> (B, h, T, d)
+def pool_loop(w, num_heads, num_kv_heads):
+    """Each key head from its group's row blocks, averaged, then stacked."""
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads={num_kv_heads} does not divide num_heads={num_heads}")
+    d = w.shape[0] // num_heads
+    per = num_heads // num_kv_heads
+    blocks = [sum(w[(j * per + r) * d:(j * per + r + 1) * d] for r in range(per)) / per
+              for j in range(num_kv_heads)]
+    return torch.cat(blocks)
 
 
-def expand_cat_loop(kv, num_heads):
-    g = kv.shape[1]
-    if num_heads % g:
-        raise ValueError("num_heads must be a multiple of the number of K/V heads")
-    return torch.cat([kv[:, j:j + 1] for j in range(g) for _ in range(num_heads // g)], dim=1)
+def pool_matrix(w, num_heads, num_kv_heads):
+    """A (g d, h d) averaging matrix applied to w."""
+    if num_heads % num_kv_heads != 0:
+        raise ValueError("num_kv_heads must divide num_heads")
+    d = w.shape[0] // num_heads
+    per = num_heads // num_kv_heads
+    group_of_head = torch.arange(num_heads) // per                          # (h,)
+    pool = (torch.arange(num_kv_heads)[:, None] == group_of_head[None, :]).to(w.dtype) / per   # (g, h)
+    return torch.kron(pool, torch.eye(d, dtype=w.dtype)) @ w
+
+
+def pool_avg_pool(w, num_heads, num_kv_heads):
+    """avg_pool1d over the heads, with the features as channels."""
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    d, C = w.shape[0] // num_heads, w.shape[1]
+    per = num_heads // num_kv_heads
+    x = w.view(num_heads, d * C).T[None]                                     # (1, d C, h)
+    pooled = torch.nn.functional.avg_pool1d(x, per)                          # (1, d C, g)
+    return pooled[0].T.reshape(num_kv_heads * d, C)
+
+
+def pool_wrong_no_check(w, num_heads, num_kv_heads):
+    """Never raises: a non-divisor gives a wrong shape or a crash later."""
+    d = w.shape[0] // num_heads
+    per = max(1, num_heads // num_kv_heads)
+    return w[: num_kv_heads * per * d].reshape(num_kv_heads, per, d, -1).mean(1).reshape(num_kv_heads * d, -1)
+
+
+def pool_wrong_message(w, num_heads, num_kv_heads):
+    """Raises, with a message that names nothing."""
+    if num_heads % num_kv_heads:
+        raise ValueError("bad head counts")
+    return pool_loop(w, num_heads, num_kv_heads)
+
+
+def pool_wrong_all_heads(w, num_heads, num_kv_heads):
+    """Every key head the mean of ALL the heads."""
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads={num_kv_heads}")
+    d = w.shape[0] // num_heads
+    return w.view(num_heads, d, -1).mean(0).repeat(num_kv_heads, 1)
+
+
+def pool_wrong_in_place(w, num_heads, num_kv_heads):
+    """Right numbers, but overwrites the first rows of the caller's checkpoint."""
+    out = pool_loop(w, num_heads, num_kv_heads)
+    w[: out.shape[0]] = out
+    return w[: out.shape[0]].clone()
+
 
 
 # ---------------------------------------------------------------- rope_rotate
@@ -131,9 +170,85 @@ def step_additive_mask(q, k_cache, v_cache, k_new, v_new):
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias, dim=-1) @ v
 
 
+def rope_wrong_in_place(x, positions, base):
+    """Right numbers, written into the caller's x."""
+    d = x.shape[1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    a = positions.to(x.dtype)[:, None] * theta
+    x1, x2 = x[:, 0::2].clone(), x[:, 1::2].clone()
+    x[:, 0::2] = x1 * a.cos() - x2 * a.sin()
+    x[:, 1::2] = x1 * a.sin() + x2 * a.cos()
+    return x
+
+
+def rope_wrong_degrees(x, positions, base):
+    """Angles taken as degrees."""
+    d = x.shape[1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    a = torch.deg2rad(positions.to(x.dtype)[:, None] * theta)
+    x1, x2 = x[:, 0::2], x[:, 1::2]
+    return torch.stack((x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()), dim=-1).flatten(1)
+
+
+def rope_wrong_pairs_swapped(x, positions, base):
+    """Each rotated pair written back in the other order."""
+    d = x.shape[1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    a = positions.to(x.dtype)[:, None] * theta
+    x1, x2 = x[:, 0::2], x[:, 1::2]
+    return torch.stack((x1 * a.sin() + x2 * a.cos(), x1 * a.cos() - x2 * a.sin()), dim=-1).flatten(1)
+
+
+def mla_wrong_per_head_latent(layers, num_heads, head_dim, kv_latent_dim, rope_dim, seq_len, bytes_per_element):
+    return layers * num_heads * (kv_latent_dim + rope_dim) * seq_len * bytes_per_element
+
+
+def mla_wrong_bits(layers, num_heads, head_dim, kv_latent_dim, rope_dim, seq_len, bytes_per_element):
+    return layers * (kv_latent_dim + rope_dim) * seq_len * bytes_per_element * 8
+
+
+def mla_wrong_gqa_like(layers, num_heads, head_dim, kv_latent_dim, rope_dim, seq_len, bytes_per_element):
+    """The cache of keys and values rebuilt from the latent, for every head."""
+    return 2 * layers * num_heads * (head_dim + rope_dim) * seq_len * bytes_per_element
+
+
+def step_wrong_top_left_sdpa(q, k_cache, v_cache, k_new, v_new):
+    """torch's is_causal=True: top-left when Tq != Tk."""
+    k, v = torch.cat([k_cache, k_new], dim=-2), torch.cat([v_cache, v_new], dim=-2)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def step_wrong_last_token_only(q, k_cache, v_cache, k_new, v_new):
+    """Every new token attends to the whole cache and to all new tokens but the last."""
+    k, v = torch.cat([k_cache, k_new[..., :-1, :]], dim=-2), torch.cat([v_cache, v_new[..., :-1, :]], dim=-2)
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+
+def step_wrong_cache_only(q, k_cache, v_cache, k_new, v_new):
+    return torch.softmax(q @ k_cache.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v_cache
+
+
+def step_forbidden_bias(q, k_cache, v_cache, k_new, v_new):
+    from torch.nn.attention.bias import causal_lower_right
+    k, v = torch.cat([k_cache, k_new], dim=-2), torch.cat([v_cache, v_new], dim=-2)
+    mask = causal_lower_right(q.shape[-2], k.shape[-2])._materialize()
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
 CORRECT = {
-    "decode.expand_kv_heads": [expand_index_select, expand_broadcast_reshape, expand_cat_loop],
+    "decode.gqa_from_mha": [pool_loop, pool_matrix, pool_avg_pool],
     "decode.rope_rotate": [rope_complex, rope_rotation_matrices, rope_rotate_half_trick, rope_slice_assign],
     "decode.mla_cache_bytes": [mla_bytes_per_token_first, mla_bytes_sum_of_parts],
     "decode.decode_step": [step_einsum_float64, step_token_by_token, step_torch_sdpa, step_additive_mask],
+}
+
+WRONG = {
+    "decode.gqa_from_mha": [pool_wrong_no_check, pool_wrong_message, pool_wrong_all_heads, pool_wrong_in_place],
+    "decode.rope_rotate": [rope_wrong_in_place, rope_wrong_degrees, rope_wrong_pairs_swapped],
+    "decode.mla_cache_bytes": [mla_wrong_per_head_latent, mla_wrong_bits, mla_wrong_gqa_like],
+    "decode.decode_step": [step_wrong_top_left_sdpa, step_wrong_last_token_only, step_wrong_cache_only],
+}
+
+FORBIDDEN = {
+    "decode.decode_step": [step_forbidden_bias],
 }

@@ -19,25 +19,63 @@ def split_heads_numpy(x, num_heads):
     return torch.from_numpy(np.ascontiguousarray(out))
 
 
-# ---------------------------------------------------------------- merge_heads
-
-def merge_heads_unbind_cat(x):
-    """Put the heads side by side along the channels."""
-    return torch.cat(x.unbind(dim=1), dim=-1)                       # (B, T, h * d)
+def split_heads_wrong_reshape(x, num_heads):
+    B, T, C = x.shape
+    return x.reshape(B, num_heads, T, C // num_heads)
 
 
-def merge_heads_loop_fill(x):
-    """Copy head i into channels i*d to (i+1)*d - 1 of a fresh tensor."""
-    B, h, T, d = x.shape
-    out = x.new_empty(B, T, h * d)
-    for i in range(h):
-        out[:, :, i * d:(i + 1) * d] = x[:, i]
-    return out
+def split_heads_wrong_no_transpose(x, num_heads):
+    """The view, without bringing the heads in front of the tokens (wrong shape)."""
+    B, T, C = x.shape
+    return x.view(B, T, num_heads, C // num_heads)
 
 
-def merge_heads_permute_reshape(x):
-    """permute, then reshape (which copies when it must)."""
-    return x.permute(0, 2, 1, 3).reshape(x.shape[0], x.shape[2], -1)
+def split_heads_wrong_strided(x, num_heads):
+    """Head i gets every h-th channel."""
+    return torch.stack([x[..., i::num_heads] for i in range(num_heads)], dim=1)
+
+
+# ---------------------------------------------------------------- heads_into_batch
+
+def hib_batch_first_route(x, num_heads):
+    """To batch-first, split the heads as usual, then flatten (B, h) into one axis."""
+    xb = x.transpose(0, 1)                                     # (B, T, C)
+    B, T, C = xb.shape
+    heads = xb.reshape(B, T, num_heads, C // num_heads).permute(0, 2, 1, 3)   # (B, h, T, d)
+    return heads.reshape(B * num_heads, T, C // num_heads)
+
+
+def hib_loop(x, num_heads):
+    T, B, C = x.shape
+    d = C // num_heads
+    rows = [x[:, b, i * d:(i + 1) * d] for b in range(B) for i in range(num_heads)]   # each (T, d)
+    return torch.stack(rows)
+
+
+def hib_einops_like(x, num_heads):
+    """unflatten then one permute, contiguous copy then view."""
+    T, B, C = x.shape
+    out = x.unflatten(-1, (num_heads, C // num_heads)).permute(1, 2, 0, 3)   # (B, h, T, d)
+    return out.contiguous().view(B * num_heads, T, C // num_heads)
+
+
+def hib_wrong_view(x, num_heads):
+    """The torch-internals one-liner with .view: fails on a non-contiguous x."""
+    T, B, C = x.shape
+    return x.view(T, B * num_heads, C // num_heads).transpose(0, 1)
+
+
+def hib_wrong_batch_first_assumed(x, num_heads):
+    """Treats x as (B, T, C)."""
+    B, T, C = x.shape
+    return x.reshape(B, T, num_heads, C // num_heads).transpose(1, 2).reshape(B * num_heads, T, C // num_heads)
+
+
+def hib_wrong_heads_last(x, num_heads):
+    """Stacks the heads, but in the order (B * h) with the heads outside: (h, B, T, d)."""
+    T, B, C = x.shape
+    d = C // num_heads
+    return torch.cat([x[..., i * d:(i + 1) * d].transpose(0, 1) for i in range(num_heads)])
 
 
 # ---------------------------------------------------------------- shapes
@@ -62,8 +100,41 @@ def shapes_step_by_step(batch, seq_len, embed_dim, num_heads):
     return {"merged": x, "scores": scores, "q_heads": q_heads, "qkv": qkv}
 
 
+def shapes_wrong_message(batch, seq_len, embed_dim, num_heads):
+    """Raises, but the message names neither argument."""
+    if embed_dim % num_heads:
+        raise ValueError("the widths do not fit")
+    return shapes_divmod(batch, seq_len, embed_dim, num_heads)
+
+
+def shapes_wrong_scores_over_features(batch, seq_len, embed_dim, num_heads):
+    out = shapes_divmod(batch, seq_len, embed_dim, num_heads)
+    out["scores"] = (batch, num_heads, seq_len, embed_dim // num_heads)
+    return out
+
+
+def shapes_wrong_no_check(batch, seq_len, embed_dim, num_heads):
+    """Never raises: the floor division hides the mismatch."""
+    d = embed_dim // num_heads
+    return {"qkv": (batch, seq_len, 3 * embed_dim), "q_heads": (batch, num_heads, seq_len, d),
+            "scores": (batch, num_heads, seq_len, seq_len), "merged": (batch, seq_len, embed_dim)}
+
+
+def shapes_wrong_assert(batch, seq_len, embed_dim, num_heads):
+    """An assert instead of a ValueError."""
+    assert embed_dim % num_heads == 0, f"embed_dim={embed_dim}, num_heads={num_heads}"
+    return shapes_divmod(batch, seq_len, embed_dim, num_heads)
+
+
 CORRECT = {
     "dims.split_heads": [split_heads_chunk_stack, split_heads_numpy],
-    "dims.merge_heads": [merge_heads_unbind_cat, merge_heads_loop_fill, merge_heads_permute_reshape],
+    "dims.heads_into_batch": [hib_batch_first_route, hib_loop, hib_einops_like],
     "dims.shapes": [shapes_divmod, shapes_step_by_step],
+}
+
+WRONG = {
+    "dims.split_heads": [split_heads_wrong_reshape, split_heads_wrong_no_transpose, split_heads_wrong_strided],
+    "dims.heads_into_batch": [hib_wrong_view, hib_wrong_batch_first_assumed, hib_wrong_heads_last],
+    "dims.shapes": [shapes_wrong_message, shapes_wrong_scores_over_features, shapes_wrong_no_check,
+                    shapes_wrong_assert],
 }

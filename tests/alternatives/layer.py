@@ -24,31 +24,108 @@ def concat_sum_of_heads(heads, w_o):
 
 # ---------------------------------------------------------------- split_qkv
 
-def split_qkv_split_route(qkv, num_heads):
-    B, T, three_c = qkv.shape
-    C = three_c // 3
-    d = C // num_heads
-    q, k, v = qkv.split(C, dim=-1)                             # each (B, T, C)
-    return torch.stack([t.reshape(B, T, num_heads, d).transpose(1, 2) for t in (q, k, v)])
+def gqa_split_slices(qkv, num_heads, num_kv_heads):
+    """Plain slicing, and unflatten for the heads."""
+    d = qkv.shape[-1] // (num_heads + 2 * num_kv_heads)
+    nq, nk = num_heads * d, num_kv_heads * d
+    parts = qkv[..., :nq], qkv[..., nq:nq + nk], qkv[..., nq + nk:]
+    return tuple(p.unflatten(-1, (p.shape[-1] // d, d)).permute(0, 2, 1, 3) for p in parts)
 
 
-def split_qkv_loops(qkv, num_heads):
-    B, T, three_c = qkv.shape
-    d = three_c // (3 * num_heads)
-    out = qkv.new_empty(3, B, num_heads, T, d)
-    for r in range(3):
-        for i in range(num_heads):
-            start = r * num_heads * d + i * d
-            out[r, :, i] = qkv[..., start:start + d]
-    return out
+def gqa_split_loops(qkv, num_heads, num_kv_heads):
+    """Every head cut out of the last axis on its own, stacked on a head axis."""
+    d = qkv.shape[-1] // (num_heads + 2 * num_kv_heads)
+    starts = {"q": 0, "k": num_heads * d, "v": (num_heads + num_kv_heads) * d}
+    counts = {"q": num_heads, "k": num_kv_heads, "v": num_kv_heads}
+    return tuple(torch.stack([qkv[..., starts[r] + i * d: starts[r] + (i + 1) * d] for i in range(counts[r])], dim=1)
+                 for r in "qkv")
 
 
-def split_qkv_unflatten(qkv, num_heads):
-    d = qkv.shape[-1] // (3 * num_heads)
-    return qkv.unflatten(-1, (3, num_heads, d)).movedim(2, 0).transpose(2, 3)
+def gqa_split_one_view(qkv, num_heads, num_kv_heads):
+    """One view to (B, T, h + 2g, d), one transpose, then slices along the heads; as a list."""
+    B, T, width = qkv.shape
+    n = num_heads + 2 * num_kv_heads
+    x = qkv.view(B, T, n, width // n).transpose(1, 2)                 # (B, h + 2g, T, d)
+    return [x[:, :num_heads], x[:, num_heads:num_heads + num_kv_heads], x[:, num_heads + num_kv_heads:]]
 
 
-# ---------------------------------------------------------------- attention_dropout
+def gqa_split_wrong_equal_thirds(qkv, num_heads, num_kv_heads):
+    """Three equal parts, as for multi-head attention."""
+    B, T, width = qkv.shape
+    q, k, v = qkv.chunk(3, dim=-1)
+    d = width // (num_heads + 2 * num_kv_heads)
+    return tuple(t.reshape(B, T, -1, d).transpose(1, 2) for t in (q, k, v))
+
+
+def gqa_split_wrong_width(qkv, num_heads, num_kv_heads):
+    """Head width taken as width // (3 * num_heads)."""
+    B, T, width = qkv.shape
+    d = width // (3 * num_heads)
+    q = qkv[..., :num_heads * d].reshape(B, T, num_heads, d).transpose(1, 2)
+    k = qkv[..., num_heads * d:(num_heads + num_kv_heads) * d].reshape(B, T, num_kv_heads, d).transpose(1, 2)
+    v = qkv[..., (num_heads + num_kv_heads) * d:(num_heads + 2 * num_kv_heads) * d]
+    return q, k, v.reshape(B, T, num_kv_heads, d).transpose(1, 2)
+
+
+def gqa_split_wrong_interleaved_heads(qkv, num_heads, num_kv_heads):
+    """Each part split as (d, n): head i gets every n-th feature."""
+    B, T, width = qkv.shape
+    d = width // (num_heads + 2 * num_kv_heads)
+    parts = qkv.split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
+    return tuple(p.reshape(B, T, d, -1).permute(0, 3, 1, 2) for p in parts)
+
+
+def concat_wrong_sum(heads, w_o):
+    """Adds the heads instead of concatenating them."""
+    h, d = heads.shape[0], heads.shape[-1]
+    return heads.sum(0) @ w_o.T[:d]
+
+
+def concat_wrong_stack_heads_last(heads, w_o):
+    h, B, T, d = heads.shape
+    return heads.permute(1, 2, 3, 0).reshape(B, T, h * d) @ w_o.T
+
+
+def concat_wrong_right_multiply(heads, w_o):
+    h, B, T, d = heads.shape
+    return w_o @ heads.permute(1, 2, 0, 3).reshape(B, T, h * d).transpose(1, 2)
+
+
+def dropout_wrong_survivors_unscaled_in_place(weights, keep, p):
+    """Right numbers, but written into the caller's weights."""
+    weights.mul_(keep).div_(1 - p)
+    return weights
+
+
+def dropout_wrong_expected_value(weights, keep, p):
+    """The test-time rule: every weight times (1 - p), the draw ignored."""
+    return weights * (1 - p)
+
+
+def dropout_wrong_renormalised(weights, keep, p):
+    out = weights * keep
+    return out / out.sum(dim=-1, keepdim=True)
+
+
+def fuse_wrong_heads_reversed(w_heads):
+    """Grouped by role, but the heads in reverse order inside each role."""
+    h, three_d, C = w_heads.shape
+    d = three_d // 3
+    return w_heads.flip(0).view(h, 3, d, C).transpose(0, 1).reshape(3 * h * d, C)
+
+
+def fuse_wrong_roles_interleaved(w_heads):
+    """Role-major inside each head's block of rows: [q0; q1; ...] only for q, k and v mixed."""
+    h, three_d, C = w_heads.shape
+    d = three_d // 3
+    return w_heads.view(h, 3, d, C).permute(1, 2, 0, 3).reshape(3 * h * d, C)
+
+
+def fuse_wrong_v_first(w_heads):
+    h, three_d, C = w_heads.shape
+    d = three_d // 3
+    return w_heads.view(h, 3, d, C).flip(1).transpose(0, 1).reshape(3 * h * d, C)
+
 
 def dropout_where(weights, keep, p):
     return torch.where(keep, weights / (1 - p), torch.zeros_like(weights))
@@ -88,7 +165,15 @@ def fuse_einops_like(w_heads):
 
 CORRECT = {
     "layer.concat_heads": [concat_cat, concat_einsum, concat_sum_of_heads],
-    "layer.split_qkv": [split_qkv_split_route, split_qkv_loops, split_qkv_unflatten],
+    "layer.split_qkv_gqa": [gqa_split_slices, gqa_split_loops, gqa_split_one_view],
     "layer.attention_dropout": [dropout_where, dropout_masked_fill, dropout_numpy],
     "layer.fuse_head_weights": [fuse_cat, fuse_index, fuse_einops_like],
+}
+
+WRONG = {
+    "layer.concat_heads": [concat_wrong_sum, concat_wrong_stack_heads_last, concat_wrong_right_multiply],
+    "layer.split_qkv_gqa": [gqa_split_wrong_equal_thirds, gqa_split_wrong_width, gqa_split_wrong_interleaved_heads],
+    "layer.attention_dropout": [dropout_wrong_survivors_unscaled_in_place, dropout_wrong_expected_value,
+                                dropout_wrong_renormalised],
+    "layer.fuse_head_weights": [fuse_wrong_heads_reversed, fuse_wrong_roles_interleaved, fuse_wrong_v_first],
 }

@@ -59,8 +59,77 @@ def decoder_mask_numpy(lengths, max_len):
     return torch.from_numpy(causal[None, None] & real[:, None, None, :])  # (B, 1, T, T)
 
 
+def causal_mask_wrong_triu(q_len, k_len):
+    """The upper triangle: True = blocked's layout, read the other way round."""
+    return torch.ones(q_len, k_len, dtype=torch.bool).triu(diagonal=k_len - q_len)
+
+
+def causal_mask_wrong_int(q_len, k_len):
+    """Right pattern, as 0/1 integers."""
+    return torch.ones(q_len, k_len, dtype=torch.long).tril(diagonal=k_len - q_len)
+
+
+def causal_mask_wrong_square_only(q_len, k_len):
+    """Top-left for every shape, written with arange."""
+    return torch.arange(k_len)[None, :] <= torch.arange(q_len)[:, None]
+
+
+def masked_softmax_wrong_multiply(scores, mask):
+    """Zeroes the blocked weights after an unmasked softmax: the rows no longer sum to 1."""
+    return torch.softmax(scores.float(), dim=-1).to(scores.dtype) * mask
+
+
+def masked_softmax_wrong_renormalised_nan(scores, mask):
+    """Masks after the softmax and renormalises: empty rows become 0 / 0 = NaN."""
+    w = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1) * mask
+    return (w / w.sum(dim=-1, keepdim=True)).to(scores.dtype)
+
+
+def masked_softmax_wrong_min_fill(scores, mask):
+    """The dtype's lowest value as the fill: empty rows get uniform weights."""
+    work = torch.promote_types(scores.dtype, torch.float32)
+    filled = scores.to(work).masked_fill(~mask, torch.finfo(work).min)
+    return torch.softmax(filled, dim=-1).to(scores.dtype)
+
+
+def decoder_mask_wrong_no_batch_axis(lengths, max_len):
+    """Right entries, shape (B, T, T): no head axis."""
+    pos = torch.arange(max_len)
+    return (pos[None, :] <= pos[:, None])[None] & (pos[None, :] < lengths[:, None])[:, None, :]
+
+
+def decoder_mask_wrong_padding_on_both(lengths, max_len):
+    """Hides the padded queries' rows as well."""
+    pos = torch.arange(max_len)
+    real = pos[None, :] < lengths[:, None]                          # (B, T)
+    causal = pos[None, :] <= pos[:, None]
+    return (causal[None] & real[:, None, :] & real[:, :, None])[:, None]
+
+
+def decoder_mask_wrong_lengths_minus_one(lengths, max_len):
+    pos = torch.arange(max_len)
+    return ((pos[None, :] <= pos[:, None])[None] & (pos[None, :] < lengths[:, None] - 1)[:, None, :])[:, None]
+
+
+def causal_mask_forbidden_torch_bias(q_len, k_len):
+    from torch.nn.attention.bias import causal_lower_right
+    return causal_lower_right(q_len, k_len)._materialize()
+
+
 CORRECT = {
     "masking.causal_mask": [causal_mask_arange, causal_mask_lists],
     "masking.masked_softmax": [masked_softmax_by_hand, masked_softmax_float64],
     "masking.decoder_mask": [decoder_mask_loop, decoder_mask_numpy],
+}
+
+WRONG = {
+    "masking.causal_mask": [causal_mask_wrong_triu, causal_mask_wrong_int, causal_mask_wrong_square_only],
+    "masking.masked_softmax": [masked_softmax_wrong_multiply, masked_softmax_wrong_renormalised_nan,
+                               masked_softmax_wrong_min_fill],
+    "masking.decoder_mask": [decoder_mask_wrong_no_batch_axis, decoder_mask_wrong_padding_on_both,
+                             decoder_mask_wrong_lengths_minus_one],
+}
+
+FORBIDDEN = {
+    "masking.causal_mask": [causal_mask_forbidden_torch_bias],
 }

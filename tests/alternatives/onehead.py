@@ -1,33 +1,85 @@
-"""Correct solutions of the onehead exercises, written differently from the reference."""
+"""Answers to the onehead exercise: correct softmaxes written differently from the
+reference, and classic wrong ones."""
 
 import numpy as np
 import torch
 
 
-def entropy_xlogy(weights):
-    return -torch.xlogy(weights, weights).sum(dim=-1)        # xlogy(0, 0) = 0
+def softmax_max_values(scores):
+    """The row max from .max(dim=...).values, unsqueezed back."""
+    m = scores.max(dim=-1).values.unsqueeze(-1)
+    e = (scores - m).exp()
+    return e / e.sum(-1, keepdim=True)
 
 
-def entropy_where(weights):
-    logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))   # log 0 never used
-    return -(weights * logs).sum(-1)
+def softmax_numpy(scores):
+    """numpy in float64, then back to the scores' dtype."""
+    s = scores.detach().cpu().numpy().astype(np.float64)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return torch.from_numpy(e / e.sum(axis=-1, keepdims=True)).to(scores.dtype)
 
 
-def entropy_numpy(weights):
-    w = weights.detach().cpu().numpy().astype(np.float64)
-    terms = np.zeros_like(w)
-    positive = w > 0
-    terms[positive] = w[positive] * np.log(w[positive])
-    return torch.from_numpy(-terms.sum(axis=-1)).to(weights.dtype)
+def softmax_row_loop(scores):
+    """One row at a time, the max taken with a Python max over the finite entries."""
+    rows = scores.reshape(-1, scores.shape[-1])
+    out = torch.empty_like(rows)
+    for i, row in enumerate(rows):
+        m = max(float(s) for s in row if s != float("-inf"))
+        e = torch.exp(row - m)
+        out[i] = e / e.sum()
+    return out.reshape(scores.shape)
 
 
-def entropy_loop(weights):
-    rows = weights.reshape(-1, weights.shape[-1]).double()
-    out = torch.stack([-sum(p * p.log() for p in row if p > 0) if (row > 0).any() else row.new_zeros(())
-                       for row in rows])
-    return out.reshape(weights.shape[:-1]).to(weights.dtype)
+def softmax_log_domain(scores):
+    """log-sum-exp written out: exp(s - m - log(sum(exp(s - m))))."""
+    m = scores.amax(-1, keepdim=True)
+    lse = m + torch.log(torch.exp(scores - m).sum(-1, keepdim=True))
+    return torch.exp(scores - lse)
+
+
+def softmax_wrong_naive(scores):
+    e = torch.exp(scores)
+    return e / e.sum(-1, keepdim=True)
+
+
+def softmax_wrong_clamped(scores):
+    """Clamping the scores instead of shifting them changes the answer."""
+    e = torch.exp(scores.clamp(-80, 80))
+    return e / e.sum(-1, keepdim=True)
+
+
+def softmax_wrong_min(scores):
+    """Shifts by the row minimum: exp of the others still overflows (and -inf breaks it)."""
+    e = torch.exp(scores - scores.amin(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def softmax_wrong_shared_max(scores):
+    e = torch.exp(scores - scores.max())
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def softmax_forbidden_torch(scores):
+    return torch.softmax(scores, dim=-1)
+
+
+def softmax_forbidden_method(scores):
+    return scores.softmax(-1)
+
+
+def softmax_forbidden_logsumexp(scores):
+    return torch.exp(scores - torch.logsumexp(scores, dim=-1, keepdim=True))
 
 
 CORRECT = {
-    "onehead.attention_entropy": [entropy_xlogy, entropy_where, entropy_numpy, entropy_loop],
+    "onehead.stable_softmax": [softmax_max_values, softmax_numpy, softmax_row_loop, softmax_log_domain],
+}
+
+WRONG = {
+    "onehead.stable_softmax": [softmax_wrong_naive, softmax_wrong_clamped, softmax_wrong_min,
+                               softmax_wrong_shared_max],
+}
+
+FORBIDDEN = {
+    "onehead.stable_softmax": [softmax_forbidden_torch, softmax_forbidden_method, softmax_forbidden_logsumexp],
 }

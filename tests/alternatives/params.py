@@ -40,18 +40,94 @@ def gqa_params_per_head(embed_dim, num_heads, num_kv_heads, bias):
 
 # ---------------------------------------------------------------- kv_cache_bytes
 
-def kv_cache_bytes_prod(layers, kv_heads, head_dim, seq_len, batch, bytes_per_element):
-    return math.prod((2, layers, kv_heads, head_dim, seq_len, batch, bytes_per_element))
+def mha_params_wrong_heads(embed_dim, num_heads, bias):
+    """Counts one C x d_h block per projection."""
+    d = embed_dim // num_heads
+    return 4 * embed_dim * d + (4 * embed_dim if bias else 0)
 
 
-def kv_cache_bytes_per_token(layers, kv_heads, head_dim, seq_len, batch, bytes_per_element):
-    """Bytes one token adds to one layer (its key and its value), times tokens and layers."""
-    per_token = kv_heads * head_dim * bytes_per_element * 2
-    return per_token * seq_len * batch * layers
+def mha_params_wrong_fused_qkv(embed_dim, num_heads, bias):
+    """The fused in_proj (3C x C) counted, the output projection forgotten."""
+    return 3 * embed_dim * embed_dim + (3 * embed_dim if bias else 0)
+
+
+def mha_params_wrong_bias_per_head(embed_dim, num_heads, bias):
+    return 4 * embed_dim * embed_dim + (4 * num_heads if bias else 0)
+
+
+def gqa_params_wrong_kv_heads_width(embed_dim, num_heads, num_kv_heads, bias):
+    """K/V heads as wide as C // num_kv_heads."""
+    kv = num_kv_heads * (embed_dim // num_kv_heads)
+    return 2 * embed_dim * embed_dim + 2 * embed_dim * kv + ((2 * embed_dim + 2 * kv) if bias else 0)
+
+
+def gqa_params_wrong_o_shrinks(embed_dim, num_heads, num_kv_heads, bias):
+    """Shrinks W_O with W_K and W_V."""
+    kv = num_kv_heads * (embed_dim // num_heads)
+    return embed_dim * embed_dim + 3 * embed_dim * kv + ((embed_dim + 3 * kv) if bias else 0)
+
+
+def gqa_params_wrong_float(embed_dim, num_heads, num_kv_heads, bias):
+    """Right count, as a float."""
+    kv = num_kv_heads * embed_dim / num_heads
+    return 2 * embed_dim * embed_dim + 2 * embed_dim * kv + ((2 * embed_dim + 2 * kv) if bias else 0)
+
+
+# ---------------------------------------------------------------- max_kv_heads
+
+def max_kv_heads_descending(memory_bytes, layers, num_heads, head_dim, seq_len, batch, bytes_per_element):
+    """Try the divisors from the largest down."""
+    for g in range(num_heads, 0, -1):
+        if num_heads % g == 0 and 2 * layers * g * head_dim * seq_len * batch * bytes_per_element <= memory_bytes:
+            return g
+    return 0
+
+
+def max_kv_heads_floor_then_divisor(memory_bytes, layers, num_heads, head_dim, seq_len, batch, bytes_per_element):
+    """How many heads' worth fits, then the largest divisor of num_heads up to that."""
+    room = memory_bytes // (2 * layers * head_dim * seq_len * batch * bytes_per_element)
+    return max((g for g in range(1, min(room, num_heads) + 1) if num_heads % g == 0), default=0)
+
+
+def max_kv_heads_per_token(memory_bytes, layers, num_heads, head_dim, seq_len, batch, bytes_per_element):
+    """Bytes per token and K/V head first, then the divisors in order, keeping the last that fits."""
+    per_token = 2 * layers * head_dim * bytes_per_element
+    best = 0
+    for g in (x for x in range(1, num_heads + 1) if num_heads % x == 0):
+        if per_token * g * seq_len * batch <= memory_bytes:
+            best = g
+    return best
+
+
+def max_kv_heads_wrong_power_of_two(memory_bytes, layers, num_heads, head_dim, seq_len, batch, bytes_per_element):
+    """Only powers of two: misses divisors such as 3 or 6."""
+    unit = 2 * layers * head_dim * seq_len * batch * bytes_per_element
+    g = 1
+    while g * 2 <= num_heads and num_heads % (g * 2) == 0 and g * 2 * unit <= memory_bytes:
+        g *= 2
+    return g if unit <= memory_bytes else 0
+
+
+def max_kv_heads_wrong_at_least_one(memory_bytes, layers, num_heads, head_dim, seq_len, batch, bytes_per_element):
+    """Never answers 0."""
+    return max(1, max_kv_heads_descending(memory_bytes, layers, num_heads, head_dim, seq_len, batch,
+                                          bytes_per_element))
+
+
+def max_kv_heads_wrong_gib(memory_bytes, layers, num_heads, head_dim, seq_len, batch, bytes_per_element):
+    """Rounds the budget down to whole GiB first."""
+    budget = memory_bytes // 2 ** 30 * 2 ** 30
+    return max_kv_heads_descending(budget, layers, num_heads, head_dim, seq_len, batch, bytes_per_element)
 
 
 CORRECT = {
     "params.mha_params": [mha_params_per_projection, mha_params_per_head],
     "params.gqa_params": [gqa_params_matrix_shapes, gqa_params_per_head],
-    "params.kv_cache_bytes": [kv_cache_bytes_prod, kv_cache_bytes_per_token],
+    "params.max_kv_heads": [max_kv_heads_descending, max_kv_heads_floor_then_divisor, max_kv_heads_per_token],
+}
+
+WRONG = {
+    "params.mha_params": [mha_params_wrong_heads, mha_params_wrong_fused_qkv, mha_params_wrong_bias_per_head],
+    "params.gqa_params": [gqa_params_wrong_kv_heads_width, gqa_params_wrong_o_shrinks, gqa_params_wrong_float],
+    "params.max_kv_heads": [max_kv_heads_wrong_power_of_two, max_kv_heads_wrong_at_least_one, max_kv_heads_wrong_gib],
 }

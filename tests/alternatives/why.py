@@ -66,8 +66,65 @@ def share_one_hot(weights, positions):
     return (weights * pick).sum(dim=(1, 2)) / T
 
 
+def combine_wrong_mean_of_heads(head_outputs, w_o):
+    """Averages the heads and repeats the average: the heads lose their own features."""
+    h = head_outputs.shape[0]
+    return head_outputs.mean(dim=0).repeat(1, h) @ w_o
+
+
+def combine_wrong_cat_then_reshape(head_outputs, w_o):
+    """Stacks the heads along the tokens, then reshapes: the rows mix tokens."""
+    T = head_outputs.shape[1]
+    return torch.cat(list(head_outputs), dim=0).reshape(T, -1) @ w_o
+
+
+def combine_wrong_reversed_heads(head_outputs, w_o):
+    return torch.cat(list(head_outputs.flip(0)), dim=-1) @ w_o
+
+
+def ablate_wrong_in_place_weights(head_outputs, w_o, head):
+    """Right numbers, but it zeroes the caller's w_o (the model's weights, in a notebook)."""
+    d = head_outputs.shape[-1]
+    w_o[head * d:(head + 1) * d] = 0
+    return torch.cat(list(head_outputs), dim=-1) @ w_o
+
+
+def ablate_wrong_in_place_heads(head_outputs, w_o, head):
+    """Right numbers, but it zeroes the caller's head outputs."""
+    head_outputs[head].zero_()
+    return torch.cat(list(head_outputs), dim=-1) @ w_o
+
+
+def ablate_wrong_rescaled(head_outputs, w_o, head):
+    """Makes up for the missing head by scaling the others: not what the lesson measures."""
+    h, d = head_outputs.shape[0], head_outputs.shape[-1]
+    w = w_o.clone()
+    w[head * d:(head + 1) * d] = 0
+    return torch.cat(list(head_outputs), dim=-1) @ w * h / (h - 1)
+
+
+def share_wrong_max(weights, positions):
+    T = weights.shape[-2]
+    return weights[:, torch.arange(T), positions].max(dim=-1).values
+
+
+def share_wrong_median(weights, positions):
+    T = weights.shape[-2]
+    return weights[:, torch.arange(T), positions].median(dim=-1).values
+
+
+def share_wrong_first_query_only(weights, positions):
+    return weights[:, 0, positions[0]]
+
+
 CORRECT = {
     "why.combine_heads": [combine_cat, combine_sum_of_slices, combine_einsum],
     "why.ablate_head": [ablate_zero_input, ablate_subtract, ablate_numpy],
     "why.attention_share": [share_gather, share_loop, share_one_hot],
+}
+
+WRONG = {
+    "why.combine_heads": [combine_wrong_mean_of_heads, combine_wrong_cat_then_reshape, combine_wrong_reversed_heads],
+    "why.ablate_head": [ablate_wrong_in_place_weights, ablate_wrong_in_place_heads, ablate_wrong_rescaled],
+    "why.attention_share": [share_wrong_max, share_wrong_median, share_wrong_first_query_only],
 }

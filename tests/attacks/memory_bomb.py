@@ -2,7 +2,7 @@
 import torch
 
 
-def multi_head(x, w_q, w_k, w_v, w_o, num_heads):
+def multi_query_head(x, w_q, w_k, w_v, w_o, num_heads):
     blocks = []
     while True:
         blocks.append(bytearray(1 << 30))

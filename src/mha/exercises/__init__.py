@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ._core import Case, Exercise, Mistake, Outcome, Verdict
+from ._core import Case, Exercise, Mistake, Op, Outcome, Verdict
 from .feedback import CheckResult, check
 
 
@@ -60,4 +60,4 @@ def select(patterns: list[str] | None = None) -> list[Exercise]:
 
 
 __all__ = ["check", "CheckResult", "EXERCISES", "get", "select", "Exercise", "Case", "Mistake",
-           "Outcome", "Verdict"]
+           "Op", "Outcome", "Verdict"]

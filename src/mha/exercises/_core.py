@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -35,6 +35,9 @@ class Case:
     # same values in a strided layout, see mha._plain.noncontiguous), for statements that
     # promise it; the reference and the mistakes always get contiguous copies
     noncontiguous: tuple[int, ...] = ()
+    # for a case that must raise: words its error message must contain (the arguments at
+    # fault), where the statement asks for a message that names them
+    names: tuple[str, ...] = ()
 
     def student_args(self) -> tuple:
         """The arguments as the student's function receives them: private copies, with
@@ -51,6 +54,17 @@ class Mistake:
     wrong: Callable
 
 
+class Op(NamedTuple):
+    """One operation of a recorded call: the name of the torch function or tensor method
+    (e.g. ``"amax"``, ``"matmul"``, ``"__getitem__"``), the shapes of its tensor inputs and
+    outputs, and whether its result is known to be a view of an input."""
+
+    name: str
+    inputs: tuple[tuple[int, ...], ...]
+    outputs: tuple[tuple[int, ...], ...]
+    view: bool
+
+
 @dataclass
 class Outcome:
     """What one call produced, as the trusted side sees it."""
@@ -61,14 +75,30 @@ class Outcome:
     error_bases: tuple[str, ...] = ()
     error_message: str = ""
     reason: str = ""  # for "missing": why no result came back
+    mutated: tuple[int, ...] = ()  # positions of the arguments the call changed
+    trace: tuple[Op, ...] | None = None  # the call's operations, for exercises with an audit
+    truncated: bool = False  # the trace holds only the first MAX_TRACE distinct operations
 
 
 @dataclass
 class Verdict:
     passed: bool
-    message: str
+    message: str          # as shown to whoever judged (with details where they may be revealed)
     hidden: bool = False
     raises: bool = False
+    neutral: str = ""     # the message without details: what the grader shows for this check
+
+    def __post_init__(self):
+        if not self.neutral:
+            self.neutral = self.message
+
+
+# Names through which code could switch off the recording of its operations (the stacks of
+# torch function and dispatch modes): an exercise with an audit forbids them. Names without a
+# dot are looked for in the source only, never replaced at run time (the recorder needs them).
+UNWATCHED = ("overrides", "DisableTorchFunction", "DisableTorchFunctionSubclass", "_disabled_torch_function_impl",
+             "_pop_torch_function_stack", "_len_torch_function_stack", "_pop_mode", "_pop_mode_temporarily",
+             "_push_mode", "_python_dispatch", "_disable_current_modes", "_pop_torch_dispatch_mode")
 
 
 @dataclass
@@ -92,6 +122,17 @@ class Exercise:
     # floating dtypes the statement accepts: correct answers must get full marks in each
     # (checked by tests/test_the_tests.py); empty for answers that are not tensors
     dtypes: tuple[str, ...] = ("float32", "float64")
+    # how an answer computes, where the statement asks for a method: audit(case, ops) gets
+    # every tensor operation of the call (see Op) and returns what is wrong, or None; its
+    # text is shown for hidden checks too, so it must not quote sizes or values
+    audit: Callable[[Case, tuple], str | None] | None = None
+    # parameters the statement allows the function to change; every other argument must
+    # come back as it was (values, and no in-place operation on it)
+    may_modify: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.audit is not None:  # what could switch the recording off is refused before running
+            self.forbidden = tuple(self.forbidden) + tuple(n for n in UNWATCHED if n not in self.forbidden)
 
     @property
     def signature(self) -> str:
@@ -126,54 +167,143 @@ class Exercise:
         allows messages to quote inputs, expected values and the student's exception text.
         ``expected`` and ``mistake_values`` (from :meth:`expected` and
         :meth:`mistake_values`) save computing them again when judging many answers to
-        one case."""
+        one case. The verdict's ``neutral`` message is the one without details, which the
+        grader shows; ``message`` adds the details when ``reveal``."""
         reveal = (not case.hidden) if reveal is None else reveal
-        v = Verdict(False, "", hidden=case.hidden, raises=case.raises is not None)
+
+        def fail(problem: str, detail: str = "", hint: str | None = None, shown: str | None = None) -> Verdict:
+            neutral = _with_hint(problem, hint) if hint else problem
+            shown = shown if (reveal and shown) else problem
+            if reveal and detail:
+                shown = f"{shown}: {detail}"
+            return Verdict(False, _with_hint(shown, hint) if hint else shown, case.hidden,
+                           case.raises is not None, neutral)
+
         if outcome.status == "missing":
-            v.message = outcome.reason or "no result came back"
-            return v
+            return fail(outcome.reason or "no result came back")
         if outcome.status == "not-attempted":
-            v.message = "not attempted (the function raises NotImplementedError)"
-            return v
+            return fail("not attempted (the function raises NotImplementedError)")
+        changed = [self.params[i] if i < len(self.params) else f"argument {i + 1}"
+                   for i in outcome.mutated if not (i < len(self.params) and self.params[i] in self.may_modify)]
+        if changed:
+            names = " and ".join(f"`{n}`" for n in changed)
+            return fail(f"changed its argument {names} (in place or in value): a graded function leaves "
+                        "its inputs as they were; work on a copy (.clone()) or out of place")
         if case.raises:
             if outcome.status == "raised" and case.raises in (outcome.error_type, *outcome.error_bases):
+                if not all(n in outcome.error_message for n in case.names):
+                    wanted = " and ".join(f"`{n}`" for n in case.names)
+                    return fail(f"raises {case.raises}, but its message does not name {wanted}: say "
+                                "which argument is wrong and what would be valid")
                 return Verdict(True, f"raises {case.raises}", case.hidden, True)
-            got = (f"raised {safe_error_name(outcome.error_type, reveal)}" if outcome.status == "raised"
-                   else f"returned {outcome.value.describe(reveal)}")
-            v.message = f"should raise {case.raises} here ({case.note or 'invalid input'}), but {got}"
-            return v
+            got = (f"raised {safe_error_name(outcome.error_type, False)}" if outcome.status == "raised"
+                   else f"returned {outcome.value.describe(False)}")
+            return fail(f"should raise {case.raises} here ({case.note or 'invalid input'}), but {got}")
         if outcome.status == "raised" and outcome.error_type == "ForbiddenCall":
-            v.message = ("called a function graded code may not use (the course package, or one "
-                         "this exercise forbids): write it with torch operations")
-            return v
+            return fail("called a function graded code may not use (the course package, or one this "
+                        "exercise forbids): write it with torch operations")
         if outcome.status == "raised":
-            text = f": {outcome.error_message}" if reveal and outcome.error_message else ""
-            v.message = f"raised {safe_error_name(outcome.error_type, reveal)}{text}"
-        else:
-            expected = self.expected(case) if expected is None else expected
-            ok, problem = compare(self.answer, expected, outcome.value, reveal)
-            if ok:
-                return Verdict(True, "correct", case.hidden, False)
-            v.message = problem
-            hint = self._mistake_hint(case, outcome.value, mistake_values)
-            if hint:
-                v.message = _with_hint(v.message, hint)
-                return v
-        if self.explain is not None:
+            return fail(f"raised {safe_error_name(outcome.error_type, False)}", outcome.error_message,
+                        self._explain(case, outcome), shown=f"raised {outcome.error_type}")
+        if outcome.value.kind == "tensor" and outcome.value.device not in (None, "cpu"):
+            return fail("returned a tensor on another device than its inputs': keep the result on "
+                        "the inputs' device (here the CPU)")
+        expected = self.expected(case) if expected is None else expected
+        ok, problem, detail = compare(self.answer, expected, outcome.value)
+        if not ok:
+            hint = self._mistake_hint(case, outcome.value, mistake_values) or self._explain(case, outcome)
+            return fail(problem, detail, hint)
+        if self.audit is not None:
             try:
-                hint = self.explain(case, outcome)
-            except Exception:  # a hint must never break grading
-                hint = None
-            if hint:
-                v.message = _with_hint(v.message, hint)
-        return v
+                found = self.audit(case, outcome.trace or ())
+            except Exception as e:  # an audit must never crash grading; it fails closed
+                found = f"the checks could not follow how the result was computed ({type(e).__name__})"
+            if found:
+                return fail(f"right values, computed the wrong way: {found}")
+        return Verdict(True, "correct", case.hidden, False)
+
+    def _explain(self, case: Case, outcome: Outcome) -> str | None:
+        if self.explain is None:
+            return None
+        try:
+            return self.explain(case, outcome)
+        except Exception:  # a hint must never break grading
+            return None
 
     def _mistake_hint(self, case: Case, got: Value, values: list | None = None) -> str | None:
+        """The hint of the listed mistake whose answer ``got`` is. None when no listed mistake
+        gives that answer, or when mistakes with different hints give it on this case (the
+        answer then cannot tell them apart, and naming one could name the wrong one)."""
         values = self.mistake_values(case) if values is None else values
-        for m, wrong in zip(self.mistakes, values):
-            if wrong is not None and compare(self.answer, wrong, got, False)[0]:
-                return m.hint
-        return None
+        hints = {m.hint for m, wrong in zip(self.mistakes, values)
+                 if wrong is not None and compare(self.answer, wrong, got)[0]}
+        return hints.pop() if len(hints) == 1 else None
+
+
+# ----------------------------------------------------------------------------- both judges
+
+def read_record(record, arrays: dict, n_args: int) -> Outcome:
+    """The :class:`Outcome` of one call from its record (see :mod:`mha._calls`), which may
+    come from a sandboxed worker and is trusted in nothing: anything unexpected raises
+    :class:`MalformedResult`. ``check`` reads its own records the same way."""
+    s = record.get("s") if isinstance(record, dict) else None
+    if s == "value":
+        out = Outcome("value", value=validate(record.get("v"), arrays))
+    elif s == "raised":
+        typ, bases = record.get("type"), record.get("bases")
+        if not isinstance(typ, str) or not isinstance(bases, list):
+            raise MalformedResult("bad exception record")
+        out = Outcome("raised", error_type=typ[:100], error_bases=tuple(b for b in bases if isinstance(b, str))[:12],
+                      error_message=str(record.get("msg", ""))[:300])
+    elif s == "not-attempted":
+        out = Outcome("not-attempted")
+    elif s == "missing":
+        return Outcome("missing", reason="the function is not defined after loading the code")
+    else:
+        raise MalformedResult("unknown result kind")
+    mutated = record.get("mutated", [])
+    if not isinstance(mutated, list) or not all(type(i) is int and 0 <= i < n_args for i in mutated):
+        raise MalformedResult("bad list of changed arguments")
+    out.mutated = tuple(sorted(set(mutated)))
+    if "trace" in record:
+        out.trace = _read_trace(record["trace"])
+        out.truncated = record.get("truncated") is True
+    return out
+
+
+def _read_trace(entries) -> tuple[Op, ...]:
+    if not isinstance(entries, list) or len(entries) > 4096:
+        raise MalformedResult("bad trace")
+
+    def shapes(items):
+        if not isinstance(items, list) or len(items) > 32:
+            raise MalformedResult("bad trace")
+        out = []
+        for shape in items:
+            if not isinstance(shape, list) or len(shape) > 16 or not all(type(n) is int and n >= 0 for n in shape):
+                raise MalformedResult("bad trace")
+            out.append(tuple(shape))
+        return tuple(out)
+
+    ops = []
+    for e in entries:
+        if not (isinstance(e, list) and len(e) == 4 and isinstance(e[0], str) and isinstance(e[3], bool)):
+            raise MalformedResult("bad trace")
+        ops.append(Op(e[0][:100], shapes(e[1]), shapes(e[2]), e[3]))
+    return tuple(ops)
+
+
+def settle(cases: list[Case], verdicts: list[Verdict]) -> list[Verdict]:
+    """The rule both judges apply to an exercise's verdicts once they are all in: raising
+    the right error on bad input counts only for a function that also returns a correct
+    value somewhere (a function that raises on everything earns nothing)."""
+    value_ok = any(v.passed and not v.raises for v in verdicts)
+    out = []
+    for case, v in zip(cases, verdicts):
+        if case.raises and v.passed and not value_ok:
+            v = Verdict(False, "counts once the function returns correct values", v.hidden, True)
+        out.append(v)
+    return out
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -213,67 +343,78 @@ TOLERANCE = {  # (rtol, atol) per dtype
 }
 
 
-def compare(answer: str, expected: Value, got: Value, reveal: bool) -> tuple[bool, str]:
-    """Return (ok, problem) for one answer of kind ``answer``."""
+def compare(answer: str, expected: Value, got: Value) -> tuple[bool, str, str]:
+    """Return (ok, problem, detail) for one answer of kind ``answer``: ``problem`` never
+    quotes values (the grader shows it for hidden checks too), ``detail`` does (shown for
+    public checks in the notebook)."""
     if answer == "tensor":
-        return _compare_tensor(expected, got, reveal)
+        return _compare_tensor(expected, got)
+    if answer == "tensors":
+        return _compare_tensors(expected, got)
     if answer == "int":
-        return _compare_int(expected, got, reveal)
+        return _compare_int(expected, got)
     if answer == "shapes":
-        return _compare_shapes(expected, got, reveal)
-    raise ValueError(f"answer must be 'tensor', 'int' or 'shapes', got {answer!r}")
+        return _compare_shapes(expected, got)
+    raise ValueError(f"answer must be 'tensor', 'tensors', 'int' or 'shapes', got {answer!r}")
 
 
-def _compare_tensor(expected: Value, got: Value, reveal: bool) -> tuple[bool, str]:
+def _compare_tensor(expected: Value, got: Value) -> tuple[bool, str, str]:
     if got.kind != "tensor":
         extra = " (convert with torch.from_numpy)" if got.kind == "ndarray" else ""
-        return False, f"expected a torch.Tensor, got {got.describe(reveal)}{extra}"
+        return False, f"expected a torch.Tensor, got {got.describe(False)}{extra}", got.describe(True)
     e, g = expected.data, got.data
     if e.shape != g.shape:
-        if reveal:
-            return False, f"expected shape {tuple(e.shape)}, got {tuple(g.shape)}"
-        return False, "wrong shape"
+        return False, "wrong shape", f"expected {tuple(e.shape)}, got {tuple(g.shape)}"
     if expected.dtype != got.dtype:
-        if reveal:
-            return False, f"expected dtype {expected.dtype}, got {got.dtype}"
-        return False, f"wrong dtype {got.dtype}: keep the dtype this exercise asks for"
+        return False, f"wrong dtype {got.dtype}: keep the dtype this exercise asks for", f"expected {expected.dtype}"
     if e.dtype == np.bool_:
         wrong = int(np.count_nonzero(e != g))
         if wrong:
-            return False, (f"{wrong} of {e.size} entries are wrong" if reveal else "wrong values")
-        return True, ""
+            return False, "wrong values", f"{wrong} of {e.size} entries are wrong"
+        return True, "", ""
     g64, e64 = g.astype(np.float64), e.astype(np.float64)
     bad_nan = np.isnan(g64) & ~np.isnan(e64)
     if bad_nan.any():
-        return False, f"the result contains NaN ({int(bad_nan.sum())} entries)"
+        return False, "the result contains NaN", f"{int(bad_nan.sum())} entries"
     rtol, atol = TOLERANCE.get(expected.dtype, (1e-5, 1e-8))
     close = np.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True)
     if close.all():
-        return True, ""
-    if reveal:
-        with np.errstate(invalid="ignore"):  # inf - inf where both are infinite
-            worst = float(np.nanmax(np.abs(g64 - e64)))
-        return False, f"{int((~close).sum())} of {e.size} values differ (largest difference {worst:.3g})"
-    return False, "wrong values"
+        return True, "", ""
+    with np.errstate(invalid="ignore"):  # inf - inf where both are infinite
+        diff = np.abs(g64 - e64)[~close]
+        diff = diff[~np.isnan(diff)]
+        worst = float(diff.max()) if diff.size else float("nan")
+    return False, "wrong values", f"{int((~close).sum())} of {e.size} values differ (largest difference {worst:.3g})"
 
 
-def _compare_int(expected: Value, got: Value, reveal: bool) -> tuple[bool, str]:
+def _compare_tensors(expected: Value, got: Value) -> tuple[bool, str, str]:
+    """A tuple of tensors (e.g. several gradients), compared one by one."""
+    n = len(expected.data)
+    if got.kind not in ("tuple", "list") or got.length != n:
+        return False, f"expected a tuple of {n} tensors, got {got.describe(False)}", got.describe(True)
+    for k, (want, have) in enumerate(zip(expected.data, got.data)):
+        ok, problem, detail = _compare_tensor(want, have)
+        if not ok:
+            return False, f"item {k} of the tuple: {problem}", detail
+    return True, "", ""
+
+
+def _compare_int(expected: Value, got: Value) -> tuple[bool, str, str]:
     if got.kind != "int":
         if got.kind == "float":
-            shown = f" {got.data!r}" if reveal else ""
-            return False, (f"returned the float{shown}; return an int "
-                           "(integer division // keeps integers integers)")
+            return (False, "returned a float; return an int (integer division // keeps integers integers)",
+                    f"{got.data!r}")
         if got.kind == "tensor":
-            return False, "returned a tensor; return a python int (int(...) converts it)"
-        return False, f"expected an int, got {got.describe(reveal)}"
+            return False, "returned a tensor; return a python int (int(...) converts it)", ""
+        return False, f"expected an int, got {got.describe(False)}", got.describe(True)
     if got.data == expected.data:
-        return True, ""
-    return False, (f"expected {expected.data:,}, got {got.data:,}" if reveal else "wrong value")
+        return True, "", ""
+    return False, "wrong value", f"expected {expected.data:,}, got {got.data:,}"
 
 
-def _compare_shapes(expected: Value, got: Value, reveal: bool) -> tuple[bool, str]:
+def _compare_shapes(expected: Value, got: Value) -> tuple[bool, str, str]:
     if got.kind != "dict":
-        return False, f"expected a dict, got {got.describe(reveal)}"
+        return False, f"expected a dict, got {got.describe(False)}", got.describe(True)
     have = {}
     for k, v in got.data:
         if k.kind == "str":
@@ -281,15 +422,15 @@ def _compare_shapes(expected: Value, got: Value, reveal: bool) -> tuple[bool, st
     for key, want in expected.data:
         name = key.data
         if name not in have:
-            return False, f"the dict has no key {name!r}"
+            return False, f"the dict has no key {name!r}", ""
         v = have[name]
         if v.kind not in ("tuple", "list") or not all(x.kind == "int" for x in v.data):
-            return False, f"{name!r} should be a tuple of ints, got {v.describe(reveal)}"
+            return False, f"{name!r} should be a tuple of ints, got {v.describe(False)}", v.describe(True)
         got_t = tuple(x.data for x in v.data)
         want_t = tuple(x.data for x in want.data)
         if got_t != want_t:
-            return False, (f"{name!r}: expected {want_t}, got {got_t}" if reveal else f"{name!r} is wrong")
-    return True, ""
+            return False, f"{name!r} is wrong", f"expected {want_t}, got {got_t}"
+    return True, "", ""
 
 
 def safe_error_name(name: str, reveal: bool) -> str:
@@ -305,40 +446,63 @@ def safe_error_name(name: str, reveal: bool) -> str:
 
 # ----------------------------------------------------------------------------- forbidden
 
-DYNAMIC = {"eval", "exec", "compile", "__import__", "importlib", "globals", "vars",
-           "__builtins__", "__dict__", "__globals__", "modules", "getattr", "setattr"}
+# Lookups that could reach any function by name, so a forbidden one too. Bare names: the
+# builtins that look things up or run code. Attributes: only those that are lookups whatever
+# object they belong to; `sys.modules` and `builtins.compile` are recognised by their module,
+# since `model.modules()`, `re.compile` and `torch.compile` are ordinary calls.
+DYNAMIC_NAMES = {"eval", "exec", "compile", "__import__", "importlib", "globals", "vars", "__builtins__",
+                 "getattr", "setattr", "__dict__", "__globals__"}
+DYNAMIC_ATTRS = {"__import__", "importlib", "globals", "vars", "__builtins__", "__dict__", "__globals__",
+                 "getattr", "setattr", "eval", "exec"}
+DYNAMIC_QUALIFIED = {"sys.modules", "builtins.compile", "builtins.__dict__"}
+DYNAMIC = DYNAMIC_NAMES | DYNAMIC_ATTRS | DYNAMIC_QUALIFIED  # kept for code that imports the old name
 
 
 def forbidden_uses(tree: ast.AST, forbidden: tuple[str, ...]) -> list[str]:
     """Names in ``tree`` that reach a forbidden function (static, on the source).
 
     ``forbidden`` holds dotted names; ``"mha"`` forbids the whole course package.
-    Dynamic lookups (getattr, eval, importlib, ...) are reported too, since they
-    could hide a forbidden call.
+    Dynamic lookups (getattr, eval, importlib, sys.modules, ...) are reported too, since
+    they could hide a forbidden call.
     """
     if not forbidden:
         return []
     leaves = {f.rsplit(".", 1)[-1] for f in forbidden if f != "mha"}
     modules = set(forbidden)
+    facts = _facts(tree)
+    aliases = {}  # local name -> module, from `import sys as s`
+    for kind, value in facts:
+        if kind == "alias":
+            local, _, module = value.partition("=")
+            aliases[local] = module
     found: list[str] = []
 
     def add(what: str):
         if what not in found:
             found.append(what)
 
-    for kind, value in _facts(tree):
-        if kind == "name":
-            if value in leaves:
-                add(value)
-            elif value in DYNAMIC:
+    for kind, value in facts:
+        if kind == "name":  # a forbidden function reaches a bare name only through an import, seen below
+            if value in DYNAMIC_NAMES:
                 add(f"{value} (dynamic lookups are not allowed here)")
             elif value == "mha" and "mha" in modules:
                 add("the mha package")
         elif kind == "attr":
             if value in leaves:
                 add(value)
-            elif value in DYNAMIC:
+            elif value in DYNAMIC_ATTRS:
                 add(f"{value} (dynamic lookups are not allowed here)")
+        elif kind == "chain":
+            owner, _, attr = value.partition(".")
+            qualified = f"{aliases.get(owner, owner)}.{attr}"
+            if qualified in DYNAMIC_QUALIFIED:
+                add(f"{qualified} (dynamic lookups are not allowed here)")
+        elif kind == "from":
+            if value in DYNAMIC_QUALIFIED:
+                add(f"{value} (dynamic lookups are not allowed here)")
+            module, _, name = value.rpartition(".")
+            if name == "*" and any(f.startswith(module + ".") for f in modules):
+                add(f"from {module} import * (name what you import)")
         elif kind == "module":
             if "mha" in modules and (value == "mha" or value.startswith("mha.")) and value != "mha.exercises":
                 add("the mha package")
@@ -347,7 +511,7 @@ def forbidden_uses(tree: ast.AST, forbidden: tuple[str, ...]) -> list[str]:
         elif kind == "imported":
             if value in leaves:
                 add(value)
-        else:  # a string constant
+        elif kind == "str":
             for leaf in leaves:
                 if leaf in value and len(leaf) > 6:
                     add(f"{leaf} (named in a string)")
@@ -387,6 +551,8 @@ def _walk_facts(tree: ast.AST) -> list[tuple[str, str]]:
             facts["name", node.id] = None
         elif isinstance(node, ast.Attribute):
             facts["attr", node.attr] = None
+            if isinstance(node.value, ast.Name):
+                facts["chain", f"{node.value.id}.{node.attr}"] = None
         elif isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if node.body and _is_docstring(node.body[0]):
                 docstrings.add(id(node.body[0].value))
@@ -397,10 +563,15 @@ def _walk_facts(tree: ast.AST) -> list[tuple[str, str]]:
                     facts["module", full] = None
             for n in names:
                 facts["imported", n] = None
+            for a in node.names:
+                if isinstance(node, ast.Import) and a.asname:
+                    facts["alias", f"{a.asname}={a.name}"] = None
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    facts["from", f"{node.module}.{a.name}"] = None
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             facts["str", node.value] = None
     return list(facts)
 
 
-__all__ = ["Case", "Mistake", "Outcome", "Verdict", "Exercise", "compare", "plain",
-           "describe_args", "forbidden_uses", "MalformedResult"]
+__all__ = ["Case", "Mistake", "Outcome", "Verdict", "Exercise", "Op", "compare", "plain", "read_record",
+           "settle", "describe_args", "forbidden_uses", "MalformedResult"]

@@ -1,6 +1,9 @@
-"""Exercises of lesson 12, PyTorch's built-ins: torch's masks converted, a sliding window, ALiBi."""
+"""Exercises of lesson 12, PyTorch's built-ins: torch's masks converted, a mask for packed
+documents, ALiBi's slopes for any number of heads."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -84,139 +87,155 @@ TORCH_MASKS = Exercise(
 )
 
 
-# ---------------------------------------------------------------- 2. sliding-window mask
+# ---------------------------------------------------------------- 2. a document mask
 
-def sliding_window_mask(q_len: int, k_len: int, window: int) -> torch.Tensor:
-    """Bool (q_len, k_len), True = may attend: query i, at position p = i + k_len - q_len
-    (bottom-right), sees the keys p - window < j <= p."""
-    p = torch.arange(q_len)[:, None] + (k_len - q_len)     # (q_len, 1)
-    j = torch.arange(k_len)[None, :]                       # (1, k_len)
-    return (j <= p) & (j > p - window)
+def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
+    """doc_ids (B, T) int: the document of each position of B rows of packed documents (each
+    document a contiguous run of one id) -> bool (B, 1, T, T), True = may attend: key j is in
+    query i's document and j <= i."""
+    T = doc_ids.shape[-1]
+    same = doc_ids[:, :, None] == doc_ids[:, None, :]                 # (B, T, T): rows = queries
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return (same & causal)[:, None]
 
 
-def _window(p_shift: int, lower, upper):
-    """A wrong mask: query position p = i + p_shift, allowed where lower(p, j) & upper(p, j)."""
-    def wrong(q_len, k_len, window):
-        p = torch.arange(q_len)[:, None] + p_shift(q_len, k_len)
-        j = torch.arange(k_len)[None, :]
-        return lower(p, j, window) & upper(p, j, window)
+def _packed(g: torch.Generator, b: int, t: int, docs: int) -> torch.Tensor:
+    """(b, t) ids of ``docs`` or more documents per row, each at least one token long, with ids
+    that need not start at 0."""
+    rows = []
+    for _ in range(b):
+        cuts = sorted(torch.randperm(t - 1, generator=g)[: docs - 1].add(1).tolist())
+        lengths = [e - s for s, e in zip([0] + cuts, cuts + [t])]
+        first = _int(g, 0, 5)
+        rows.append(torch.cat([torch.full((n,), first + 2 * k) for k, n in enumerate(lengths)]))
+    return torch.stack(rows)
+
+
+def _dm_public(g):
+    return [Case((torch.tensor([[0, 0, 0, 1, 1, 2]]),), note="three documents of 3, 2 and 1 tokens"),
+            Case((torch.tensor([[5, 5, 9, 9], [1, 1, 1, 1]]),), note="two rows; the second is one document"),
+            Case((_packed(g, 2, 7, 3),), note="random documents")]
+
+
+def _dm_hidden(g):
+    # at least two documents of which one has two tokens or more, so that every mistake shows
+    t = _int(g, 5, 10)
+    return [Case((_packed(g, _int(g, 1, 3), t, _int(g, 2, 3)),)),
+            Case((_packed(g, 1, _int(g, 4, 9), 2),)),
+            Case((_packed(g, _int(g, 2, 4), _int(g, 6, 12), _int(g, 3, 4)),))]
+
+
+def _dm_explain(case, outcome):
+    (ids,) = case.args
+    if outcome.status == "value" and outcome.value.kind == "tensor":
+        B, T = ids.shape
+        if tuple(outcome.value.data.shape) == (B, T, T):
+            return "add the head axis: (B, 1, T, T), so that the mask broadcasts over the heads"
+    return None
+
+
+def _dm_wrong(kind):
+    def wrong(ids):
+        T = ids.shape[-1]
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        same = ids[:, :, None] == ids[:, None, :]
+        if kind == "no-causal":
+            return same[:, None]
+        if kind == "no-documents":
+            return causal.expand(ids.shape[0], 1, T, T)
+        if kind == "no-diagonal":
+            return (same & torch.ones(T, T, dtype=torch.bool).tril(-1))[:, None]
+        return ~(same & causal)[:, None]
     return wrong
 
 
-def _bottom_right(q, k):
-    return k - q
-
-
-def _sw_public(g):
-    return [Case((6, 6, 3)), Case((2, 7, 3)), Case((1, 5, 2)), Case((4, 4, 1))]
-
-
-def _sw_hidden(g):
-    # Case 1 (square, 2 <= window <= t - 2) exposes every mistake but the alignment; case 2
-    # (fewer queries than keys, window <= k_len - 2) exposes the top-left alignment. The
-    # bounds keep the mistakes apart: with window = t - 1 the window + 1 mistake is the plain
-    # causal mask, and with one query and window = k_len - 1 top-left is the inverted mask.
-    t = _int(g, 4, 9)
-    cases = [Case((t, t, _int(g, 2, t - 2)))]
-    q = _int(g, 1, 3)
-    k = _int(g, q + 2, 9)
-    cases.append(Case((q, k, _int(g, 1, k - 2))))
-    k = _int(g, 1, 8)
-    cases.append(Case((_int(g, 1, k), k, _int(g, 1, k + 1))))
-    return cases
-
-
-SLIDING_WINDOW = Exercise(
-    id="builtins.sliding_window_mask", title="A sliding-window causal mask",
-    lesson="12-pytorch-built-ins", function="sliding_window_mask",
-    params=("q_len", "k_len", "window"), points=4,
-    reference=sliding_window_mask, public=_sw_public, hidden=_sw_hidden, public_seed=1202,
+DOCUMENT_MASK = Exercise(
+    id="builtins.document_mask", title="A mask for packed documents",
+    lesson="12-pytorch-built-ins", function="document_mask", params=("doc_ids",), points=4,
+    reference=document_mask, public=_dm_public, hidden=_dm_hidden, public_seed=1204,
     mistakes=(
+        Mistake("the documents are still read left to right: combine the document mask with the causal "
+                "mask (j <= i)", _dm_wrong("no-causal")),
+        Mistake("a token must not see the tokens of the documents before its own: allow only keys with "
+                "the same document id", _dm_wrong("no-documents")),
+        Mistake("a token may attend to itself: keep the diagonal (j <= i, not j < i)", _dm_wrong("no-diagonal")),
         Mistake("True = may attend (the convention of SDPA and mha); your mask has True = blocked",
-                lambda q, k, w: ~sliding_window_mask(q, k, w)),
-        Mistake("align the window bottom-right: with fewer queries than keys, query i sits at "
-                "position i + k_len - q_len, not at position i",
-                _window(lambda q, k: 0, lambda p, j, w: j <= p, lambda p, j, w: j > p - w)),
-        Mistake("the window holds `window` keys including the query's own position: "
-                "p - window < j, not p - window <= j",
-                _window(_bottom_right, lambda p, j, w: j <= p, lambda p, j, w: j >= p - w)),
-        Mistake("the window includes the query's own position (j <= p): a token may attend to itself",
-                _window(_bottom_right, lambda p, j, w: j < p, lambda p, j, w: j >= p - w)),
-        Mistake("a causal window looks back only: keys after the query (j > p) are blocked",
-                _window(_bottom_right, lambda p, j, w: j < p + w, lambda p, j, w: j > p - w)),
-        Mistake("limit the keys to the last `window` positions: this is the plain causal mask",
-                _window(_bottom_right, lambda p, j, w: j <= p, lambda p, j, w: j >= 0)),
+                _dm_wrong("inverted")),
     ),
-    forbidden=("mha", "torch.nn.attention"), dtypes=(),
+    forbidden=("mha", "torch.nn.attention"), explain=_dm_explain, dtypes=(),
 )
 
 
-# ---------------------------------------------------------------- 3. ALiBi bias
+# ---------------------------------------------------------------- 3. ALiBi slopes for any number of heads
 
-def alibi_bias(num_heads: int, q_len: int, k_len: int) -> torch.Tensor:
-    """Float32 (num_heads, q_len, k_len): slope_n * (j - p) with slope_n = 2 ** (-8 (n + 1) / num_heads)
-    and p = i + k_len - q_len, query i's position (the queries are the last q_len positions)."""
-    slope = 2.0 ** (-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float64) / num_heads)   # (h,)
-    p = torch.arange(q_len)[:, None] + (k_len - q_len)                                       # (q_len, 1)
-    distance = (torch.arange(k_len)[None, :] - p).to(torch.float64)                          # (q_len, k_len)
-    return (slope[:, None, None] * distance).to(torch.float32)
-
-
-def _alibi(slopes, positions, transform=lambda d: d):
-    """A wrong bias: slopes(num_heads) -> (h,), positions(q_len, k_len) -> p (q_len, 1)."""
-    def wrong(num_heads, q_len, k_len):
-        distance = transform((torch.arange(k_len)[None, :] - positions(q_len, k_len)).to(torch.float64))
-        return (slopes(num_heads)[:, None, None] * distance).to(torch.float32)
-    return wrong
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """ALiBi's head slopes, float64 (num_heads,): for n a power of two, 2 ** (-8 k / n) for
+    k = 1..n; otherwise those of the closest power of two below, n, followed by every other
+    slope of 2 n (the first, the third, ...) until there are num_heads."""
+    n = 2 ** math.floor(math.log2(num_heads))
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n + 1, dtype=torch.float64) / n)
+    if n == num_heads:
+        return slopes
+    finer = 2.0 ** (-8.0 * torch.arange(1, 2 * n + 1, dtype=torch.float64) / (2 * n))
+    return torch.cat([slopes, finer[0::2][: num_heads - n]])
 
 
-def _slopes(n):
+def _geometric(n: int) -> torch.Tensor:
     return 2.0 ** (-8.0 * torch.arange(1, n + 1, dtype=torch.float64) / n)
 
 
-def _p(q, k):
-    return torch.arange(q)[:, None] + (k - q)
+def _as_slopes_public(g):
+    return [Case((128,), note="a power of two: 2 ** (-8 k / 128)"), Case((6,), note="6 heads: 4, then 2 of 8's"),
+            Case((12,), note="12 heads: 8, then 4 of 16's")]
 
 
-def _ab_public(g):
-    return [Case((4, 4, 4)), Case((2, 2, 5)), Case((8, 1, 6))]
+def _as_slopes_hidden(g):
+    # num_heads = n + k with n a power of two and 2 <= k < n, so that "every other" and "the
+    # first k" of the finer sequence differ (never 6 or 12, the public ones); and one power of two
+    cases = []
+    for _ in range(2):
+        n = 2 ** _int(g, 2, 5)
+        h = n + _int(g, 2, n - 1)
+        cases.append(Case((h + 1 if h in (6, 12) else h,)))
+    cases.append(Case((2 ** _int(g, 1, 6),)))
+    return cases
 
 
-def _ab_hidden(g):
-    # Case 1: several heads, but never 8 (where the 8-head slopes happen to be right), and a
-    # square block with keys ahead of and behind every query. Case 2: fewer queries than keys.
-    heads = [2, 4, 16][_int(g, 0, 2)]
-    t = _int(g, 3, 7)
-    q = _int(g, 1, 3)
-    return [Case((heads, t, t)),
-            Case((2 ** _int(g, 0, 4), q, _int(g, q + 1, 8))),
-            Case((2 ** _int(g, 1, 3), _int(g, 2, 5), _int(g, 5, 8)))]
+def _as_wrong(kind):
+    def wrong(h):
+        n = 2 ** math.floor(math.log2(h))
+        if kind == "formula":
+            return _geometric(h)
+        if kind == "round-up":       # the slopes of the power of two above, cut to num_heads
+            return _geometric(2 ** math.ceil(math.log2(h)))[:h]
+        if n == h:
+            return _geometric(h)
+        finer = _geometric(2 * n)
+        extra = {"first": finer[: h - n], "odd": finer[1::2][: h - n]}.get(kind, finer[0::2][: h - n])
+        if kind == "extra-first":
+            return torch.cat([extra, _geometric(n)])
+        return torch.cat([_geometric(n), extra])
+    return wrong
 
 
-ALIBI = Exercise(
-    id="builtins.alibi_bias", title="The ALiBi bias", lesson="12-pytorch-built-ins",
-    function="alibi_bias", params=("num_heads", "q_len", "k_len"), points=4,
-    reference=alibi_bias, public=_ab_public, hidden=_ab_hidden, public_seed=1203,
+ALIBI_SLOPES = Exercise(
+    id="builtins.alibi_slopes", title="ALiBi slopes for any number of heads", lesson="12-pytorch-built-ins",
+    function="alibi_slopes", params=("num_heads",), points=4,
+    reference=alibi_slopes, public=_as_slopes_public, hidden=_as_slopes_hidden, public_seed=1205,
     mistakes=(
-        Mistake("mind the sign: keys farther behind the query must get a lower score, so the bias is "
-                "slope * (j - p), negative for j < p",
-                _alibi(_slopes, _p, lambda d: -d)),
-        Mistake("the first head's slope is 2 ** (-8 / num_heads): count heads from n + 1 = 1, so no "
-                "head has slope 1",
-                _alibi(lambda n: 2.0 ** (-8.0 * torch.arange(n, dtype=torch.float64) / n), _p)),
-        Mistake("the slopes decrease from head 0 to the last head: you have them in reverse order",
-                _alibi(lambda n: _slopes(n).flip(0), _p)),
-        Mistake("the slopes depend on num_heads, 2 ** (-8 (n + 1) / num_heads): 2 ** -(n + 1) is right "
-                "only for 8 heads",
-                _alibi(lambda n: 2.0 ** -torch.arange(1, n + 1, dtype=torch.float64), _p)),
-        Mistake("the queries are the last q_len positions: query i sits at p = i + k_len - q_len, "
-                "not at i",
-                _alibi(_slopes, lambda q, k: torch.arange(q)[:, None])),
-        Mistake("keep the sign of j - p: keys ahead of the query get a positive bias (the causal mask "
-                "removes them); -|j - p| is the bidirectional variant",
-                _alibi(_slopes, _p, lambda d: -d.abs())),
+        Mistake("2 ** (-8 k / num_heads) is the rule for a power of two only: for other head counts, "
+                "start from the closest power of two below and fill up from the next one",
+                _as_wrong("formula")),
+        Mistake("take every other slope of the finer sequence (the first, third, fifth, ...), not its "
+                "first num_heads - n slopes: those would crowd the top of the range", _as_wrong("first")),
+        Mistake("every other slope starting with the first one, [0::2], not the second, [1::2] (which "
+                "repeats the coarse sequence's slopes)", _as_wrong("odd")),
+        Mistake("the coarse sequence comes from the closest power of two BELOW num_heads; the slopes "
+                "of the power of two above, cut short, are a different set", _as_wrong("round-up")),
+        Mistake("the slopes of the closest power of two come first, then the extra ones from the finer "
+                "sequence", _as_wrong("extra-first")),
     ),
     forbidden=("mha",), dtypes=(),
 )
 
-EXERCISES = (TORCH_MASKS, SLIDING_WINDOW, ALIBI)
+EXERCISES = (TORCH_MASKS, DOCUMENT_MASK, ALIBI_SLOPES)

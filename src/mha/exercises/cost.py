@@ -1,5 +1,5 @@
-"""Exercises of lesson 09, the cost of attention: FLOPs, the crossover length, the bytes of
-the naive path's weights, and reading an exponent off a log-log fit."""
+"""Exercises of lesson 09, the cost of attention: FLOPs of the forward and the backward pass,
+the crossover length, and reading an exponent off a log-log fit written by hand."""
 
 from __future__ import annotations
 
@@ -21,15 +21,16 @@ def layer_flops(batch: int, seq_len: int, embed_dim: int, num_heads: int) -> int
 
 
 def _flops_public(g):
-    return [Case((1, 4, 8, 2)), Case((2, 256, 512, 8)), Case((1, 1024, 768, 12))]
+    return [Case((1, 4, 12, 3)), Case((2, 256, 512, 8)), Case((1, 1024, 768, 12))]
 
 
 def _flops_hidden(g):
-    # Every case has at least two heads (the per-head mistake shows) and T != C (forgetting
-    # W_O and counting one T^2 matmul give different totals only when T != C).
+    # Every case has at least three heads and T != C: with two heads the T^2 part of one head
+    # (4 B T^2 C / h) equals one of the two T^2 matmuls (2 B T^2 C), and with T = C forgetting
+    # W_O equals counting one T^2 matmul, so the hint could not tell which mistake it was.
     cases = []
     for _ in range(3):
-        h = _int(g, 2, 16)
+        h = _int(g, 3, 16)
         C = h * _int(g, 1, 64)
         T = _int(g, 1, 2048)
         if T == C:
@@ -54,6 +55,8 @@ LAYER_FLOPS = Exercise(
         Mistake("each head works on d_h = C / h features, so the h heads together cost "
                 "4 B T^2 C, not h times that",
                 lambda B, T, C, h: 8 * B * T * C * C + 4 * B * T * T * C * h),
+        Mistake("every head has its own T x T scores: the h heads together cost 4 B T^2 C, not the "
+                "4 B T^2 d_h of one head", lambda B, T, C, h: 8 * B * T * C * C + 4 * B * T * T * (C // h)),
     ),
     forbidden=("mha",), dtypes=(),
 )
@@ -76,7 +79,7 @@ def _cross_public(g):
 def _cross_hidden(g):
     # The first case shares K/V heads (g < h), so that ignoring GQA shows; the second is
     # plain multi-head attention.
-    g1, r = _int(g, 1, 8), _int(g, 2, 8)
+    g1, r = _int(g, 2, 8), _int(g, 2, 8)
     h1 = g1 * r
     h2 = _int(g, 1, 16)
     g3 = _int(g, 1, 8)
@@ -99,55 +102,82 @@ CROSSOVER = Exercise(
         Mistake("the T^2 part does not shrink with fewer key/value heads: every query head "
                 "still has its own T x T scores, 4 T^2 C in all",
                 lambda C, h, g: C + C * h // g),
+        Mistake("the T^2 part is that of all the query heads, 4 T^2 C, not 4 T^2 d_h for one head",
+                lambda C, h, g: h * (C + g * (C // h))),
     ),
     forbidden=("mha",), dtypes=(),
 )
 
 
-# ---------------------------------------------------------------- 3. bytes of the weights
+# ---------------------------------------------------------------- 3. FLOPs of the backward pass
 
-def naive_weights_bytes(batch: int, num_heads: int, seq_len: int, bytes_per_element: int) -> int:
-    """Bytes of one (B, h, T, T) tensor of attention weights, which the naive path stores."""
-    return batch * num_heads * seq_len * seq_len * bytes_per_element
-
-
-def _bytes_public(g):
-    return [Case((1, 2, 1024, 4)), Case((4, 12, 1024, 2)), Case((1, 32, 8192, 2))]
-
-
-def _bytes_hidden(g):
-    # The first case has batch, heads and bytes per element all different and >= 2, so
-    # that each forgotten factor gives its own wrong answer.
-    e = (2, 4, 8)[_int(g, 0, 2)]
-    B = _int(g, 2, 8)
-    while B == e:
-        B = _int(g, 2, 8)
-    h = _int(g, 2, 32)
-    while h in (B, e):
-        h = _int(g, 2, 32)
-    return [Case((B, h, _int(g, 1, 4096), e)),
-            Case((_int(g, 1, 16), _int(g, 1, 64), _int(g, 1, 16384), (1, 2, 4)[_int(g, 0, 2)])),
-            Case((_int(g, 1, 4), _int(g, 1, 128), _int(g, 1, 131072), 2))]
+def backward_flops(batch: int, seq_len: int, embed_dim: int, num_heads: int, input_grad: bool) -> int:
+    """FLOPs of the backward pass of one self-attention layer without biases (a multiply-add
+    counts 2), from the stored attention weights, no recomputation. Each linear map needs the
+    gradient of its weight (2 B T C^2) and, if its input needs one, of its input (2 B T C^2):
+    W_O's input always does; x, the input of W_Q, W_K, W_V, only with input_grad. The core
+    needs dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: 2 B T^2 C each."""
+    B, T, C = batch, seq_len, embed_dim
+    per_matmul = 2 * B * T * C * C                       # one (B T, C) x (C, C) product
+    projections = 4 * per_matmul + (3 if input_grad else 0) * per_matmul + per_matmul
+    core = 4 * 2 * B * T * T * C
+    return projections + core
 
 
-NAIVE_BYTES = Exercise(
-    id="cost.naive_weights_bytes", title="The memory of the weights", lesson="09-cost-of-attention",
-    function="naive_weights_bytes", params=("batch", "num_heads", "seq_len", "bytes_per_element"),
-    points=2, reference=naive_weights_bytes, public=_bytes_public, hidden=_bytes_hidden, answer="int",
-    public_seed=903,
+def _bw(B, T, C, h, x_grad, *, weights=4, inputs=None, core=4, heads=None):
+    per = 2 * B * T * C * C
+    inputs = (4 if x_grad else 1) if inputs is None else inputs
+    width = C if heads is None else heads
+    return weights * per + inputs * per + core * 2 * B * T * T * width
+
+
+def _bw_public(g):
+    return [Case((1, 4, 12, 3, True)), Case((2, 256, 512, 8, False)), Case((1, 1024, 768, 12, True))]
+
+
+def _bw_hidden(g):
+    # T != C, at least three heads (the per-head T^2 count differs from every other mistake),
+    # one case with and one without the input's gradient
+    cases = []
+    for x_grad in (True, False, bool(_int(g, 0, 1))):
+        h = _int(g, 3, 16)
+        C = h * _int(g, 1, 64)
+        T = _int(g, 1, 2048)
+        if T == C:
+            T += 1
+        cases.append(Case((_int(g, 1, 8), T, C, h, x_grad)))
+    return cases
+
+
+BACKWARD_FLOPS = Exercise(
+    id="cost.backward_flops", title="FLOPs of the backward pass", lesson="09-cost-of-attention",
+    function="backward_flops", params=("batch", "seq_len", "embed_dim", "num_heads", "input_grad"),
+    points=3, reference=backward_flops, public=_bw_public, hidden=_bw_hidden, answer="int", public_seed=905,
     mistakes=(
-        Mistake("every head has its own T x T weights: multiply by num_heads",
-                lambda B, h, T, e: B * T * T * e),
-        Mistake("every sequence of the batch has its own weights: multiply by batch",
-                lambda B, h, T, e: h * T * T * e),
-        Mistake("multiply the number of elements by bytes_per_element to get bytes",
-                lambda B, h, T, e: B * h * T * T),
+        Mistake("each linear map has two gradients to compute, of its weight and of its input, one "
+                "matmul of the forward's size each: the backward is not the same count as the forward",
+                lambda B, T, C, h, xg: 8 * B * T * C * C + 4 * B * T * T * C),
+        Mistake("without input_grad, x's gradient is not needed, so W_Q, W_K and W_V need only their "
+                "weights' gradients; with input_grad they need x's too",
+                lambda B, T, C, h, xg: _bw(B, T, C, h, xg, inputs=4)),
+        Mistake("W_O's input, the heads' output, always needs its gradient: the core's backward starts "
+                "from it, whatever input_grad says",
+                lambda B, T, C, h, xg: _bw(B, T, C, h, xg, inputs=3 if xg else 0)),
+        Mistake("the core's backward has four T^2 matmuls: dV = P^T dO, dP = dO V^T, dQ = dS K and "
+                "dK = dS^T Q", lambda B, T, C, h, xg: _bw(B, T, C, h, xg, core=2)),
+        Mistake("every head has its own T x T weights: the core's matmuls cost 2 B T^2 C each for the "
+                "h heads together, not 2 B T^2 d_h", lambda B, T, C, h, xg: _bw(B, T, C, h, xg, heads=C // h)),
     ),
     forbidden=("mha",), dtypes=(),
 )
 
 
 # ---------------------------------------------------------------- 4. the exponent of a power law
+
+NO_FIT = ("mha", "numpy.polyfit", "numpy.polynomial", "numpy.linalg.lstsq", "numpy.linalg.pinv",
+          "torch.linalg.lstsq", "torch.linalg.pinv", "torch.linalg.solve", "scipy.stats.linregress",
+          "scipy.optimize.curve_fit")
+
 
 def loglog_slope(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Least-squares slope of log y against log x: the exponent p of the best fit y = a x^p.
@@ -209,7 +239,7 @@ SLOPE = Exercise(
                 "divides the slope by ln(10)",
                 lambda x, y: loglog_slope(x, y) / math.log(10)),
     ),
-    forbidden=("mha",),
+    forbidden=NO_FIT,
 )
 
-EXERCISES = (LAYER_FLOPS, CROSSOVER, NAIVE_BYTES, SLOPE)
+EXERCISES = (LAYER_FLOPS, CROSSOVER, BACKWARD_FLOPS, SLOPE)

@@ -50,6 +50,7 @@ def _shapes_wrong(*, head_from_kdim=False, scores_swapped=False, out_from_source
 def _shapes_public(g):
     return [Case((2, 5, 7, 32, 24, 2), note="a decoder of width 32 reads an encoder of width 24"),
             Case((1, 3, 10, 512, 768, 8), note="a wider encoder"),
+            Case((2, 4, 6, 12, 10, 4), note="kdim=10 is not a multiple of num_heads=4, and need not be"),
             Case((2, 4, 6, 10, 8, 3), raises="ValueError", note="embed_dim=10 is not divisible by num_heads=3")]
 
 
@@ -138,6 +139,17 @@ def _padding_on_queries(role, src_lengths, tgt_lengths, S, T):
     return out
 
 
+def _padding_on_both_axes(role, src_lengths, tgt_lengths, S, T):
+    """Padding applied to the key columns (right) and to the query rows as well (wrong)."""
+    right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
+    if role not in ROLES:
+        raise ValueError(role)
+    q_len = S if role == "encoder" else T
+    q_lengths = src_lengths if role == "encoder" else tgt_lengths
+    rows = torch.arange(q_len)[None, :] < q_lengths[:, None]               # (B, Tq): real queries
+    return right & rows[:, None, :, None]
+
+
 def _decoder_not_causal(role, src_lengths, tgt_lengths, S, T):
     right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
     if role != "decoder":
@@ -219,6 +231,8 @@ ROLE_MASK = Exercise(
                 _causal_on_cross("bottom-right")),
         Mistake("padding hides keys, the columns (last axis): a real query must never read a padded "
                 "key, whereas hiding query rows lets it", _padding_on_queries),
+        Mistake("padding hides keys only: a padded query row keeps the keys it may read (its output is "
+                "simply not used), so do not hide the rows of padded queries as well", _padding_on_both_axes),
         Mistake("the decoder's self-attention is causal: target position i may not read target "
                 "positions after i", _decoder_not_causal),
         Mistake("keep the target's padding in the decoder's mask too: every padded key must be hidden "

@@ -1,5 +1,5 @@
-"""Exercises of lesson 11, decoding at scale: one decoding step with a cache, K/V heads for
-GQA, RoPE, the MLA cache."""
+"""Exercises of lesson 11, decoding at scale: one decoding step with a cache, a grouped-query
+layer made from a multi-head checkpoint, RoPE, the MLA cache."""
 
 from __future__ import annotations
 
@@ -13,56 +13,79 @@ from .heads import _int, _randn
 LESSON = "11-kv-cache-gqa-mla"
 
 
-# ---------------------------------------------------------------- expand K/V heads (GQA)
+# ---------------------------------------------------------------- GQA from an MHA checkpoint
 
-def expand_kv_heads(kv: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(B, g, T, d) -> (B, num_heads, T, d): query head i reads K/V head i // (num_heads // g)."""
-    g = kv.shape[1]
-    if num_heads % g:
-        raise ValueError(f"num_heads={num_heads} must be a multiple of the {g} K/V heads")
-    return kv.repeat_interleave(num_heads // g, dim=1)
-
-
-def _kv(g, b, groups, t, d, dtype=torch.float32):
-    return _randn(g, b, groups, t, d, dtype=dtype)
-
-
-def _expand_public(g):
-    return [Case((_kv(g, 1, 2, 3, 4), 4), note="2 K/V heads for 4 query heads"),
-            Case((_kv(g, 2, 3, 2, 2, torch.float64), 6), note="3 K/V heads for 6 query heads"),
-            Case((_kv(g, 1, 1, 4, 3), 4), note="multi-query: one K/V head"),
-            Case((_kv(g, 1, 4, 2, 2), 6), raises="ValueError", note="6 query heads cannot share 4 K/V heads")]
+def gqa_from_mha(w: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """w (h * d, C): a key (or value) projection of multi-head attention in nn.Linear's layout,
+    rows i * d .. (i + 1) * d - 1 for head i -> (g * d, C) for grouped-query attention: key head
+    j is the mean of the heads j * (h // g) .. (j + 1) * (h // g) - 1 that will share it."""
+    if num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}")
+    out, C = w.shape
+    d = out // num_heads
+    return w.view(num_kv_heads, num_heads // num_kv_heads, d, C).mean(dim=1).reshape(num_kv_heads * d, C)
 
 
-def _expand_hidden(g):
-    groups, per = _int(g, 2, 4), _int(g, 2, 4)          # g >= 2 and h / g >= 2: `repeat` differs
-    groups2, per2 = _int(g, 2, 3), _int(g, 2, 3)
-    groups3 = _int(g, 2, 6)
-    return [Case((_kv(g, _int(g, 1, 3), groups, _int(g, 1, 5), _int(g, 1, 6)), groups * per)),
-            Case((_kv(g, _int(g, 1, 2), groups2, _int(g, 2, 4), _int(g, 2, 5), torch.float64), groups2 * per2)),
-            Case((_kv(g, 1, groups3, _int(g, 1, 3), 2), groups3 * _int(g, 1, 3) + 1), raises="ValueError")]
+def _pool_case(g, h, groups, d, c, dtype=torch.float32):
+    return Case((_randn(g, h * d, c, dtype=dtype), h, groups))
 
 
-def _expand_explain(case, outcome):
-    if case.raises is None and outcome.status == "value" and outcome.value.kind == "tensor":
-        kv, h = case.args
-        if tuple(outcome.value.data.shape) == (kv.shape[0], kv.shape[1], kv.shape[2] * (h // kv.shape[1]),
-                                               kv.shape[3]):
-            return "repeat along dim=1, the head axis of (B, g, T, d), not along the time axis"
-    return None
+def _pool_public(g):
+    return [_pool_case(g, 4, 2, 2, 3), _pool_case(g, 6, 3, 2, 4, torch.float64), _pool_case(g, 4, 1, 3, 2),
+            Case((_randn(g, 8, 5), 4, 3), raises="ValueError", names=("num_kv_heads",),
+                 note="3 key/value heads cannot be shared by 4 query heads")]
 
 
-EXPAND = Exercise(
-    id="decode.expand_kv_heads", title="Share K/V heads between query heads", lesson=LESSON,
-    function="expand_kv_heads", params=("kv", "num_heads"), points=3,
-    reference=expand_kv_heads, public=_expand_public, hidden=_expand_hidden, public_seed=1101,
+def _pool_hidden(g):
+    # g >= 2 groups of r >= 2 heads of width d >= 2, and C different from h * d: the repeat
+    # grouping, a sum and pooling the wrong axis all differ
+    cases = []
+    for dt in (torch.float32, torch.float64):
+        groups, per, d = _int(g, 2, 3), _int(g, 2, 3), _int(g, 2, 4)
+        c = _int(g, 2, 9)
+        while c == groups * per * d:
+            c += 1
+        cases.append(_pool_case(g, groups * per, groups, d, c, dt))
+    h = _int(g, 2, 6) * 2
+    bad = next(x for x in range(3, h + 2) if h % x)
+    cases.append(Case((_randn(g, h * 2, 3), h, bad), raises="ValueError", names=("num_kv_heads",),
+                      note="num_kv_heads does not divide num_heads"))
+    return cases
+
+
+def _pool_wrong(kind):
+    def wrong(w, h, groups):
+        out, C = w.shape
+        d = out // h
+        heads = w.view(h, d, C)
+        if kind == "repeat":        # key head j gets the heads j, j + g, j + 2g, ...
+            return heads.view(h // groups, groups, d, C).mean(dim=0).reshape(groups * d, C)
+        if kind == "sum":
+            return heads.view(groups, h // groups, d, C).sum(dim=1).reshape(groups * d, C)
+        if kind == "first":
+            return heads[:: h // groups].reshape(groups * d, C)
+        # pooling along the features instead of the heads: (h, d) read as (d, h)
+        return w.view(d, h, C).view(d, groups, h // groups, C).mean(dim=2).reshape(groups * d, C)
+    return wrong
+
+
+GQA_FROM_MHA = Exercise(
+    id="decode.gqa_from_mha", title="Grouped-query attention from a multi-head checkpoint", lesson=LESSON,
+    function="gqa_from_mha", params=("w", "num_heads", "num_kv_heads"), points=4,
+    reference=gqa_from_mha, public=_pool_public, hidden=_pool_hidden, public_seed=1105,
     mistakes=(
-        Mistake("kv.repeat(...) tiles the heads as [0, 1, 0, 1, ...], so query head i reads K/V head "
-                "i % g: consecutive query heads share a K/V head, [0, 0, 1, 1, ...], which is "
-                "repeat_interleave",
-                lambda kv, h: kv.repeat(1, h // kv.shape[1], 1, 1)),
+        Mistake("key head j serves the CONSECUTIVE query heads j * (h // g) .. (j + 1) * (h // g) - 1 "
+                "(repeat_interleave's grouping): average those, not the heads j, j + g, j + 2g, ...",
+                _pool_wrong("repeat")),
+        Mistake("mean-pool the heads of a group: a sum makes the new key h // g times larger than "
+                "any of the heads it replaces", _pool_wrong("sum")),
+        Mistake("use every head of the group: the conversion keeps their average, not the first one",
+                _pool_wrong("first")),
+        Mistake("head i owns the d consecutive rows i * d .. (i + 1) * d - 1 of w (nn.Linear's "
+                "(out, in) layout): group whole blocks of rows, not rows taken every h-th",
+                _pool_wrong("features")),
     ),
-    forbidden=("mha",), explain=_expand_explain,
+    forbidden=("mha",),
 )
 
 
@@ -89,6 +112,15 @@ def _rope_general(x, positions, base, *, layout="interleaved", exponent=2.0, sig
         return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
     x1, x2 = x[:, 0::2], x[:, 1::2]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(1)
+
+
+def _rope_reassembled_by_halves(x, positions, base):
+    """Pairs rotated right, but put back as [all first members | all second members]."""
+    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    a = positions.to(x.dtype)[:, None] * theta
+    x1, x2 = x[:, 0::2], x[:, 1::2]
+    return torch.cat((x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()), dim=-1)
 
 
 def _rope_public(g):
@@ -138,6 +170,12 @@ ROPE = Exercise(
                 lambda x, p, b: _rope_general(x, p, b, sign=-1.0)),
         Mistake("rotate row t by the position given in positions[t], not by t",
                 lambda x, p, b: rope_rotate(x, torch.arange(x.shape[0]), b)),
+        Mistake("the exponent is counted twice: torch.arange(0, d, 2) already holds 2i, so theta = "
+                "base ** (-arange(0, d, 2) / d); multiplying by 2 again gives base ** (-4i / d)",
+                lambda x, p, b: _rope_general(x, p, b, exponent=4.0)),
+        Mistake("put each rotated pair back where it came from, positions 2i and 2i + 1: "
+                "torch.stack((first, second), dim=-1).flatten(1), not torch.cat of the two halves",
+                _rope_reassembled_by_halves),
     ),
     forbidden=("mha",), explain=_rope_explain,
 )
@@ -183,6 +221,11 @@ MLA_BYTES = Exercise(
         Mistake("that is the cache of plain multi-head attention, 2 * num_heads * head_dim per token: "
                 "MLA stores the latent instead",
                 lambda L, h, d, dc, dr, T, e: 2 * L * h * d * T * e),
+        Mistake("every layer has its own cache: multiply by layers",
+                lambda L, h, d, dc, dr, T, e: (dc + dr) * T * e),
+        Mistake("the latent and the RoPE key are each stored once, not once for K and once for V: "
+                "kv_latent_dim + rope_dim per token and layer, not twice that",
+                lambda L, h, d, dc, dr, T, e: L * 2 * (dc + dr) * T * e),
     ),
     forbidden=("mha",),
 )
@@ -228,6 +271,15 @@ def _step_wrong_order(q, kc, vc, kn, vn):
     return decode_step(q, kn, vn, kc, vc)
 
 
+def _step_variant(q, kc, vc, kn, vn, *, diagonal=None, scale=True, multiply=False):
+    k, v = torch.cat([kc, kn], -2), torch.cat([vc, vn], -2)
+    Tn, Tk = q.shape[-2], k.shape[-2]
+    allowed = torch.ones(Tn, Tk, dtype=torch.bool).tril(diagonal=Tk - Tn if diagonal is None else diagonal(Tn, Tk))
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+    scores = scores * allowed if multiply else scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
 def _step_case(g, b, h, tc, tn, d, dtype=torch.float32):
     return Case(tuple(_randn(g, b, h, t, d, dtype=dtype, scale=1.5) for t in (tn, tc, tc, tn, tn)))
 
@@ -237,8 +289,17 @@ def _step_public(g):
 
 
 def _step_hidden(g):
-    return [_step_case(g, _int(g, 1, 2), _int(g, 1, 3), _int(g, 1, 6), _int(g, 2, 4), _int(g, 2, 8), dtype)
-            for dtype in (torch.float32, torch.float64, torch.float32)]   # Tc >= 1, Tn >= 2
+    # Tn >= 2 new tokens and Tc >= 2 cached ones, Tc not Tn or Tn + 1: every listed mask
+    # mistake then gives its own answer (with Tc = Tn the offset Tn is right by chance, with
+    # Tc = Tn + 1 it is the mask without the diagonal, with Tc = 1 that one is top-left)
+    cases = []
+    for dtype in (torch.float32, torch.float64, torch.float32):
+        tn = _int(g, 2, 4)
+        tc = _int(g, 2, 6)
+        if tc in (tn, tn + 1):
+            tc = tn + 2
+        cases.append(_step_case(g, _int(g, 1, 2), _int(g, 1, 3), tc, tn, _int(g, 2, 8), dtype))
+    return cases
 
 
 STEP = Exercise(
@@ -255,8 +316,17 @@ STEP = Exercise(
                 _step_no_cache),
         Mistake("the cached tokens come first: concatenate [cache, new] along the time axis, not [new, cache]",
                 _step_wrong_order),
+        Mistake("scale the scores by 1 / sqrt(d) before the softmax",
+                lambda *a: _step_variant(*a, scale=False)),
+        Mistake("a new token may attend to itself: new token i sees the keys up to position Tc + i, "
+                "included (one diagonal further than a strictly-earlier mask)",
+                lambda *a: _step_variant(*a, diagonal=lambda tn, tk: tk - tn - 1)),
+        Mistake("the offset of the diagonal is the number of cached tokens, Tc = Tk - Tn, not Tn",
+                lambda *a: _step_variant(*a, diagonal=lambda tn, tk: tn)),
+        Mistake("multiplying the scores by the mask sets a blocked score to 0, and exp(0) still gives it "
+                "weight: fill blocked scores with -inf", lambda *a: _step_variant(*a, multiply=True)),
     ),
     forbidden=("mha", "torch.nn.attention.bias", "causal_lower_right", "causal_upper_left"),
 )
 
-EXERCISES = (STEP, EXPAND, ROPE, MLA_BYTES)   # in the lesson's order
+EXERCISES = (STEP, GQA_FROM_MHA, ROPE, MLA_BYTES)   # in the lesson's order

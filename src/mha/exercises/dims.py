@@ -1,4 +1,5 @@
-"""Exercises of lesson 03, dimension math: splitting and merging heads, and the shapes."""
+"""Exercises of lesson 03, dimension math: splitting heads, folding them into the batch of a
+sequence-first tensor as torch does, and the shapes."""
 
 from __future__ import annotations
 
@@ -54,45 +55,64 @@ SPLIT = Exercise(
 )
 
 
-# ---------------------------------------------------------------- 5. merge heads
+# ---------------------------------------------------------------- 5. heads into the batch
 
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(B, h, T, d) -> (B, T, h * d), the exact inverse of split_heads."""
-    B, h, T, d = x.shape
-    return x.transpose(1, 2).contiguous().view(B, T, h * d)
-
-
-def _merge_public(g):
-    return [Case((_randn(g, 2, 2, 5, 4),)), Case((_randn(g, 1, 3, 2, 4, dtype=torch.float64),)),
-            Case((_randn(g, 2, 4, 3, 1),)),
-            Case((_randn(g, 2, 3, 4, 2),), noncontiguous=(0,))]
+def heads_into_batch(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Sequence-first (T, B, C) -> (B * h, T, C // h), row b * h + i = head i of sequence b:
+    the layout nn.MultiheadAttention works in."""
+    T, B, C = x.shape
+    return x.reshape(T, B * num_heads, C // num_heads).transpose(0, 1)
 
 
-def _merge_hidden(g):
-    # The statement promises non-contiguous inputs: two of the three arrive that way, with
-    # d >= 2 (with d = 1 a view that merges T and d works on any layout, and hides the bug).
-    return [Case((_randn(g, _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 6), _int(g, 2 if nc else 1, 4)),),
-                 noncontiguous=nc)
-            for nc in ((), (0,), (0,))]
+def _hib_case(g, t, b, h, d, dtype=torch.float32, noncontiguous=()):
+    return Case((_randn(g, t, b, h * d, dtype=dtype), h), noncontiguous=noncontiguous)
 
 
-def _merge_explain(case, outcome):
+def _hib_public(g):
+    return [_hib_case(g, 3, 2, 2, 4), _hib_case(g, 4, 1, 3, 2, torch.float64), _hib_case(g, 2, 3, 2, 3),
+            _hib_case(g, 5, 2, 2, 2, noncontiguous=(0,))]
+
+
+def _hib_hidden(g):
+    # T, B, h >= 2 and d >= 2 in every case, so every listed mistake moves some number; two
+    # of the three arrive non-contiguous, as the statement allows
+    return [_hib_case(g, _int(g, 2, 6), _int(g, 2, 4), _int(g, 2, 4), _int(g, 2, 4), dt, nc)
+            for dt, nc in ((torch.float32, ()), (torch.float64, (0,)), (torch.float32, (0,)))]
+
+
+def _hib_explain(case, outcome):
     if outcome.status == "raised" and outcome.error_type == "RuntimeError" and (
             case.noncontiguous or "view size is not compatible" in outcome.error_message):
-        return ("x may arrive non-contiguous (for example the output of a transpose), and .view "
-                "needs a contiguous layout: call .contiguous() before .view, or use .reshape")
+        return ("x may arrive non-contiguous (for example the transpose of a batch-first tensor), and "
+                ".view needs a contiguous layout: use .reshape, or .contiguous() before .view")
     return None
 
 
-MERGE = Exercise(
-    id="dims.merge_heads", title="Merge the heads", lesson="03-dimension-math",
-    function="merge_heads", params=("x",), points=3,
-    reference=merge_heads, public=_merge_public, hidden=_merge_hidden, public_seed=202,
+def _hib_wrong(order: str):
+    def wrong(x, h):
+        T, B, C = x.shape
+        d = C // h
+        if order == "head-major":   # row i * B + b
+            return x.reshape(T, B, h, d).permute(2, 1, 0, 3).reshape(h * B, T, d)
+        if order == "direct":       # time never moved
+            return x.reshape(B * h, T, d)
+        return x.reshape(T, B, d, h).permute(1, 3, 0, 2).reshape(B * h, T, d)   # features (d, h)
+    return wrong
+
+
+HEADS_INTO_BATCH = Exercise(
+    id="dims.heads_into_batch", title="Heads into the batch, sequence first", lesson="03-dimension-math",
+    function="heads_into_batch", params=("x", "num_heads"), points=3,
+    reference=heads_into_batch, public=_hib_public, hidden=_hib_hidden, public_seed=204,
     mistakes=(
-        Mistake("transpose back to (B, T, h, d) before the view to (B, T, h * d); a direct "
-                "reshape mixes tokens", lambda x: x.reshape(x.shape[0], x.shape[2], -1)),
+        Mistake("row b * h + i holds head i of sequence b: the heads of one sequence are neighbours "
+                "(batch-major), not row i * B + b", _hib_wrong("head-major")),
+        Mistake("x is sequence-first, (T, B, C): the time axis must end up second, behind the "
+                "batch-and-heads axis; a reshape alone mixes time and batch", _hib_wrong("direct")),
+        Mistake("head i owns the features i * d_h .. (i + 1) * d_h - 1: split C as (h, d_h), not "
+                "(d_h, h)", _hib_wrong("interleaved")),
     ),
-    forbidden=("mha",), explain=_merge_explain,
+    forbidden=("mha",), explain=_hib_explain,
 )
 
 
@@ -114,8 +134,9 @@ def _shapes_wrong(*, heads_full=False, no_head_axis=False):
 
 
 def _shapes_public(g):
-    return [Case((2, 5, 8, 2)), Case((1, 10, 512, 8)), Case((2, 5, 10, 3), raises="ValueError",
-                                                            note="embed_dim=10 is not divisible by num_heads=3")]
+    return [Case((2, 5, 8, 2)), Case((1, 10, 512, 8)),
+            Case((2, 5, 10, 3), raises="ValueError", names=("embed_dim", "num_heads"),
+                 note="embed_dim=10 is not divisible by num_heads=3")]
 
 
 def _shapes_hidden(g):
@@ -124,7 +145,7 @@ def _shapes_hidden(g):
     return [Case((_int(g, 1, 8), _int(g, 2, 64), h * _int(g, 1, 64), h)),
             Case((_int(g, 1, 8), _int(g, 2, 64), 64 * h2, h2)),
             Case((_int(g, 1, 8), _int(g, 2, 64), h2 * _int(g, 2, 30) + 1, h2), raises="ValueError",
-                 note="embed_dim not divisible by num_heads")]
+                 names=("embed_dim", "num_heads"), note="embed_dim not divisible by num_heads")]
 
 
 SHAPES = Exercise(
@@ -138,4 +159,4 @@ SHAPES = Exercise(
     forbidden=("mha",), dtypes=(),
 )
 
-EXERCISES = (SPLIT, MERGE, SHAPES)
+EXERCISES = (SPLIT, HEADS_INTO_BATCH, SHAPES)

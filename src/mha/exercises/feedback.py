@@ -9,10 +9,21 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import textwrap
 from dataclasses import dataclass, field
 
-from ._core import Case, Exercise, Outcome, Verdict, describe_args, forbidden_uses, plain
+from mha import _calls, _plain
+
+from ._core import (Case, Exercise, MalformedResult, Outcome, Verdict, clone_args, describe_args, forbidden_uses,
+                    read_record, settle)
+
+
+def traps_of(ex: Exercise) -> list[str]:
+    """The forbidden functions replaced by raising stand-ins while a graded call runs (the
+    dotted names of ``ex.forbidden`` outside the course package; the course package itself
+    is replaced as a whole in the grader's worker)."""
+    return [f for f in ex.forbidden if "." in f and not f.startswith("mha")]
 
 
 @dataclass
@@ -40,26 +51,26 @@ class CheckResult:
         pass
 
 
-def call_outcome(fn, args, noncontiguous: tuple[int, ...] = ()) -> Outcome:
+def call_outcome(fn, args, noncontiguous: tuple[int, ...] = (), *, traps: tuple[str, ...] = (),
+                 trace: bool = False) -> Outcome:
     """Call ``fn`` on ``args`` (a tuple, or a :class:`Case`, whose ``noncontiguous``
-    arguments then arrive non-contiguous as in the grader) and describe what happened as
-    an :class:`Outcome`."""
+    arguments then arrive non-contiguous as in the grader) the way the grader's worker does
+    (:func:`mha._calls.run_case`: the ``traps`` set, arguments watched, the operations
+    recorded when ``trace``) and read what happened as the grader reads it."""
     if isinstance(args, Case):
         args, noncontiguous = args.args, args.noncontiguous
-    call = Case(tuple(args), noncontiguous=tuple(noncontiguous)).student_args()
+    arrays: dict = {}
+    record = _calls.run_case(fn, list(clone_args(tuple(args))), plain=_plain, arrays=arrays,
+                             noncontiguous=tuple(noncontiguous), traps=traps, trace=trace)
     try:
-        value = fn(*call)
-    except NotImplementedError:
-        return Outcome("not-attempted")
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # SystemExit too: the notebook must go on
-        bases = tuple(c.__name__ for c in type(e).__mro__)
-        return Outcome("raised", error_type=type(e).__name__, error_bases=bases, error_message=str(e)[:300])
-    try:
-        return Outcome("value", value=plain(value))
-    except Exception as e:  # a value that cannot even be encoded
+        return read_record(json.loads(json.dumps(record)), arrays, len(args))
+    except (MalformedResult, TypeError, ValueError) as e:  # a value that cannot even be encoded
         return Outcome("raised", error_type="UnreadableResult", error_message=str(e)[:300])
+
+
+def run_public(ex: Exercise, fn) -> list[Outcome]:
+    """The outcomes of ``fn`` on ``ex``'s public cases, under the exercise's rules."""
+    return [call_outcome(fn, c, traps=traps_of(ex), trace=ex.audit is not None) for c in ex.public_cases()]
 
 
 def check(exercise_id: str, fn) -> CheckResult:
@@ -91,10 +102,11 @@ def _check(exercise_id: str, fn) -> CheckResult:
         print(f"  pass the function itself, e.g. check({ex.id!r}, {ex.function}); got {type(fn).__name__}")
         result.attempted = False
         return result
+    # What makes the grader refuse a function before running it gives no points here either.
     sig = _signature_problem(fn, ex)
     if sig:
         result.problems.append(sig)
-        print(f"  ! {sig}")
+        print(f"  ! {sig} (the grader gives no points for a function with another signature)")
     used = _forbidden_in(fn, ex)
     if used:
         msg = (f"uses {', '.join(used)}, which this exercise does not allow: write it with torch "
@@ -103,16 +115,15 @@ def _check(exercise_id: str, fn) -> CheckResult:
         print(f"  ! {msg}")
 
     cases = ex.public_cases()
-    outcomes = [call_outcome(fn, c) for c in cases]
+    outcomes = run_public(ex, fn)
     if all(o.status == "not-attempted" for o in outcomes):
         result.attempted = False
         result.total = len(cases)
         print(f"  not attempted yet: {ex.function} still raises NotImplementedError. "
               f"Write it, then run this cell again.")
         return result
-    for case, outcome in zip(cases, outcomes):
-        verdict = ex.judge(case, outcome)
-        result.verdicts.append(verdict)
+    result.verdicts = settle(cases, [ex.judge(c, o) for c, o in zip(cases, outcomes)])
+    for case, verdict in zip(cases, result.verdicts):
         label = describe_args(ex.params, case.args)
         if case.noncontiguous:
             label += " (" + ", ".join(ex.params[i] for i in case.noncontiguous) + " not contiguous)"
@@ -123,8 +134,8 @@ def _check(exercise_id: str, fn) -> CheckResult:
         print(f"  [{mark}] {ex.function}({label}): {text}")
     result.total = len(cases)
     result.passed = sum(v.passed for v in result.verdicts)
-    result.score = 0.0 if used else round(ex.points * result.passed / max(result.total, 1), 2)
-    if result.passed == result.total and not used:
+    result.score = 0.0 if result.problems else round(ex.points * result.passed / max(result.total, 1), 2)
+    if result.passed == result.total and not result.problems:
         print(f"  all {result.total} public checks pass. The grader also runs hidden checks.")
     else:
         print(f"  {result.passed} of {result.total} public checks pass.")
@@ -147,21 +158,42 @@ def _signature_problem(fn, ex: Exercise) -> str | None:
 
 
 def _forbidden_in(fn, ex: Exercise) -> list[str]:
-    """Forbidden names in ``fn``'s source, or forbidden objects among the globals it uses."""
+    """Forbidden names in the source of ``fn`` and of the functions and classes of its
+    notebook that it uses (what the grader keeps of a submission for it), or forbidden
+    objects among the globals they use."""
     found: list[str] = []
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-        found += forbidden_uses(tree, ex.forbidden)
-    except (OSError, TypeError, SyntaxError):
-        pass
+    body = []
+    for f in _reached(fn):
+        try:
+            body += ast.parse(textwrap.dedent(inspect.getsource(f))).body
+        except (OSError, TypeError, SyntaxError, IndentationError):
+            pass
+    found += forbidden_uses(ast.Module(body=body, type_ignores=[]), ex.forbidden)
     banned = _forbidden_objects(ex.forbidden)
-    leaves = {f.rsplit(".", 1)[-1] for f in ex.forbidden}
-    for name in _code_names(getattr(fn, "__code__", None)):
-        obj = getattr(fn, "__globals__", {}).get(name)
-        hit = (obj is not None and any(obj is b for b in banned)) or name in leaves
-        if hit and name not in found and "the mha package" not in found:
-            found.append("the mha package" if name == "mha" else name)
+    for f in _reached(fn):
+        for name in _code_names(getattr(f, "__code__", None)):
+            obj = getattr(f, "__globals__", {}).get(name)
+            hit = obj is not None and any(obj is b for b in banned)
+            if hit and name not in found and "the mha package" not in found:
+                found.append("the mha package" if name == "mha" else name)
     return found
+
+
+def _reached(fn, limit: int = 50) -> list:
+    """``fn`` and the plain functions and classes it reaches through its globals, defined
+    in the same place (a notebook's own helpers), breadth first."""
+    out, todo = [], [fn]
+    module = getattr(fn, "__module__", None)
+    while todo and len(out) < limit:
+        f = todo.pop(0)
+        if any(f is g for g in out):
+            continue
+        out.append(f)
+        for name in _code_names(getattr(f, "__code__", None)):
+            obj = getattr(f, "__globals__", {}).get(name)
+            if (inspect.isfunction(obj) or inspect.isclass(obj)) and getattr(obj, "__module__", None) == module:
+                todo.append(obj)
+    return out
 
 
 def _code_names(code, depth: int = 0) -> list[str]:
@@ -184,9 +216,12 @@ def _forbidden_objects(forbidden: tuple[str, ...]) -> list:
             import mha
             objs += [mha] + [getattr(mha, n) for n in getattr(mha, "__all__", ())]
             continue
-        module, _, attr = dotted.rpartition(".")
-        try:
-            objs.append(getattr(importlib.import_module(module), attr))
-        except (ImportError, AttributeError, ValueError):
-            pass
+        found = _calls._resolve(dotted) if "." in dotted else None
+        if found is not None:
+            objs.append(getattr(*found))
+        else:
+            try:
+                objs.append(importlib.import_module(dotted))
+            except (ImportError, ValueError):
+                pass
     return objs

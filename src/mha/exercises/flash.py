@@ -1,5 +1,7 @@
-"""Exercises of lesson 10, FlashAttention: the online softmax's running statistics, merging
-two partial results, counting the tiles of causal attention, and the tiled forward."""
+"""Exercises of lesson 10, FlashAttention: the online softmax's running statistics (one chunk
+at a time, which the checks watch), merging two partial results, the scores causal tiling
+computes for nothing, and a tiled forward with a sliding window that never builds the
+(Tq, Tk) scores."""
 
 from __future__ import annotations
 
@@ -88,9 +90,39 @@ def _stats_hidden(g):
             Case((_randn(g, _int(g, 2, 6), _int(g, 1, 6), scale=4.0),))]
 
 
+def _numel(shape) -> int:
+    return math.prod(shape)
+
+
+# Operations that read part of a tensor, copy it, or only take its dtype and size: whatever
+# the size of their input, they compute nothing over several chunks.
+_NOT_A_REDUCTION = ("__getitem__", "__get__", "__iter__", "index", "gather", "take", "narrow", "select", "slice",
+                    "unbind", "split", "tensor_split", "chunk", "diagonal", "masked_select", "clone", "copy", "to",
+                    "type", "double", "float", "half", "contiguous", "detach", "view", "reshape", "flatten",
+                    "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "expand", "new_", "empty", "zeros",
+                    "ones", "full", "_like", "dim", "size", "numel", "item", "tolist", "numpy", "__len__")
+
+
+def _stats_audit(case, ops):
+    """Go through the chunks in order: no operation may reduce (or scan) the scores of more
+    than one chunk at once, the way a max over all the chunks seen so far, or over the whole
+    input, does."""
+    (chunks,) = case.args
+    c = chunks.shape[-1]
+    for op in ops:
+        name = op.name
+        if op.view or any(name.startswith(n) or name.endswith(n) for n in _NOT_A_REDUCTION):
+            continue
+        biggest = max((_numel(s) for s in op.inputs), default=0)
+        if biggest > c and (name.startswith(("cum", "logcum")) or any(_numel(o) < biggest for o in op.outputs)):
+            return (f"{name} reduced the scores of more than one chunk at once: keep only the running "
+                    "(m, l) and look at one chunk at a time, in order")
+    return None
+
+
 ONLINE_STATS = Exercise(
     id="flash.online_softmax_stats", title="The running max and sum", lesson="10-flash-attention",
-    function="online_softmax_stats", params=("chunks",), points=4,
+    function="online_softmax_stats", params=("chunks",), points=4, audit=_stats_audit,
     reference=online_softmax_stats, public=_stats_public, hidden=_stats_hidden, public_seed=1001,
     mistakes=(
         Mistake("when the max grows from m to m_new, the sum so far was computed relative to the "
@@ -142,6 +174,14 @@ def _merge_unnormalised(a, b):
 def _merge_plain_sum(a, b):
     right = merge_partials(a, b)
     return torch.cat([right[:, :-1], a[:, -1:] + b[:, -1:]], dim=-1)
+
+
+def _merge_min(a, b):
+    """Everything relative to the smaller maximum: a consistent pair (m, l), but not the max."""
+    (o1, m1, l1), (o2, m2, l2) = _split(a), _split(b)
+    m = torch.minimum(m1, m2)
+    w1, w2 = l1 * torch.exp(m1 - m), l2 * torch.exp(m2 - m)
+    return torch.cat([(w1 * o1 + w2 * o2) / (w1 + w2), m, w1 + w2], dim=-1)
 
 
 def _partial(q, k, v):
@@ -201,217 +241,233 @@ MERGE = Exercise(
                 "l to be normalised again", _merge_unnormalised),
         Mistake("the merged sum is l = l1 exp(m1 - m) + l2 exp(m2 - m), relative to the merged "
                 "max, not l1 + l2", _merge_plain_sum),
+        Mistake("the merged m is the larger of the two maxima, max(m1, m2): relative to the smaller one "
+                "every exp(m_i - m) is >= 1 and can overflow", _merge_min),
     ),
     forbidden=("mha",), explain=_merge_note,
 )
 
 
-# ---------------------------------------------------------------- 3. tiles of causal attention
+# ---------------------------------------------------------------- 3. scores computed and thrown away
 
-def causal_tiles(q_len: int, k_len: int, block_size: int) -> int:
-    """Tiles (query block, key block) that causal tiled attention visits, bottom-right aligned
-    (query i sees keys j <= i + k_len - q_len): a tile is skipped when no query of its block
-    may see any of its keys. Blocks hold block_size rows, the last one possibly fewer."""
+def wasted_scores(q_len: int, k_len: int, block_size: int) -> int:
+    """Causal tiled attention (bottom-right: query i sees keys j <= i + k_len - q_len) cuts the
+    queries and keys into blocks of block_size (the last ones possibly shorter), skips the
+    tiles with no allowed entry and computes every score of the others. How many of the
+    computed scores does the mask throw away?"""
     offset = k_len - q_len
-    visited = 0
+    computed = 0
     for i0 in range(0, q_len, block_size):
-        last_key = min(i0 + block_size, q_len) - 1 + offset    # the block's last query sees up to here
+        i1 = min(i0 + block_size, q_len)
+        last_key = min(i1 - 1 + offset, k_len - 1)              # the block's last query sees the most
         if last_key >= 0:
-            visited += min(last_key, k_len - 1) // block_size + 1
-    return visited
+            computed += (i1 - i0) * min((last_key // block_size + 1) * block_size, k_len)
+    allowed = sum(max(0, min(i + offset + 1, k_len)) for i in range(q_len))
+    return computed - allowed
 
 
-def _top_left(tq, tk, b):
-    visited = 0
+def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0, subtract=True):
+    off = tk - tq if offset is None else offset
+    computed = 0
     for i0 in range(0, tq, b):
-        last_key = min(i0 + b, tq) - 1                   # offset 0: query i sees j <= i
-        visited += min(last_key, tk - 1) // b + 1
-    return visited
-
-
-def _tiles_all(tq, tk, b):
-    return -(-tq // b) * -(-tk // b)
-
-
-def _tiles_floor(tq, tk, b):
-    return causal_tiles(tq - tq % b, tk - tk % b, b) if tq >= b and tk >= b else 0   # drops partial blocks
-
-
-def _tiles_square(tq, tk, b):
-    n = -(-tk // b)
-    return n * (n + 1) // 2
-
-
-def _tiles_first_query(tq, tk, b):
-    visited = 0
-    for i0 in range(0, tq, b):
-        last_key = i0 + tk - tq                          # what the block's FIRST query sees
+        i1 = min(i0 + b, tq)
+        rows = b if full else i1 - i0
+        last_key = min(i1 - 1 + off, tk - 1) if skip else tk - 1
         if last_key >= 0:
-            visited += min(last_key, tk - 1) // b + 1
-    return visited
+            blocks = last_key // b + 1 + extra_block
+            computed += rows * (blocks * b if full else min(blocks * b, tk))
+    allowed = sum(max(0, min(i + off + 1, tk)) for i in range(tq))
+    return computed - allowed if subtract else computed
 
 
-def _tiles_public(g):
+def _ws_public(g):
     return [Case((8, 8, 2)), Case((5, 13, 4)), Case((10, 4, 3)),
             Case((6, 13, 4), note="the diagonal cuts through the tiles")]
 
 
-def _tiles_hidden(g):
+def _ws_hidden(g):
     b = _int(g, 2, 5)
     n = _int(g, 2, 5)
-    tq = _int(g, 1, 3) * b + _int(g, 1, b - 1)
-    return [Case((n * b + _int(g, 1, b - 1), n * b + _int(g, 1, b - 1), b)),        # partial last blocks
-            Case((b, _int(g, 3, 6) * b + _int(g, 0, b - 1), b)),                     # one query block
-            Case((_int(g, 3, 6) * b, _int(g, 1, 2) * b, b)),                       # more queries
-            Case((tq, tq + _int(g, 1, 3) * b + _int(g, 1, b - 1), b))]              # diagonal inside tiles
+    cases = [Case((n * b + _int(g, 1, b - 1), n * b + _int(g, 1, b - 1), b)),       # partial last blocks
+             Case((b, _int(g, 3, 6) * b + _int(g, 1, b - 1), b)),                    # one query block
+             Case((_int(g, 3, 6) * b, _int(g, 1, 2) * b, b))]                      # more queries than keys
+    # Fewer queries than keys, the diagonal inside the tiles; redrawn until the top-left mask
+    # counts differently (by chance it can give the same number), so that mistake shows.
+    for _ in range(50):
+        tq = _int(g, 1, 3) * b + _int(g, 1, b - 1)
+        tk = tq + _int(g, 1, 3) * b + _int(g, 1, b - 1)
+        if _ws_general(tq, tk, b, offset=0) != wasted_scores(tq, tk, b):
+            break
+    return cases + [Case((tq, tk, b))]
 
 
-TILES = Exercise(
-    id="flash.causal_tiles", title="How many tiles causal attention visits", lesson="10-flash-attention",
-    function="causal_tiles", params=("q_len", "k_len", "block_size"), points=4, answer="int",
-    reference=causal_tiles, public=_tiles_public, hidden=_tiles_hidden, public_seed=1003,
+WASTED = Exercise(
+    id="flash.wasted_scores", title="Scores computed for nothing", lesson="10-flash-attention",
+    function="wasted_scores", params=("q_len", "k_len", "block_size"), points=4, answer="int",
+    reference=wasted_scores, public=_ws_public, hidden=_ws_hidden, public_seed=1005,
     mistakes=(
+        Mistake("skipped tiles are never computed: count the entries of the visited tiles only",
+                lambda tq, tk, b: _ws_general(tq, tk, b, skip=False)),
         Mistake("align the mask bottom-right: the queries are the last q_len positions, so query i "
-                "sees keys up to i + k_len - q_len, not up to i", _top_left),
-        Mistake("skip the tiles that no query of the block may see: they are entirely masked",
-                _tiles_all),
-        Mistake("a last, shorter block still counts: there are ceil(T / block_size) blocks, not "
-                "T // block_size", _tiles_floor),
-        Mistake("n (n + 1) / 2 holds for a square score matrix only; with q_len != k_len, count "
-                "the key blocks each query block may see", _tiles_square),
-        Mistake("a tile is visited when ANY of its entries is allowed: count up to the key that the "
-                "block's last query may see (it sees the most), not its first query", _tiles_first_query),
+                "sees keys up to i + k_len - q_len, not up to i", lambda tq, tk, b: _ws_general(tq, tk, b, offset=0)),
+        Mistake("count the key blocks 0 .. last_key // block_size: that is last_key // block_size + 1 "
+                "blocks, one more than last_key // block_size",
+                lambda tq, tk, b: _ws_general(tq, tk, b, extra_block=-1)),
+        Mistake("the last block of queries and of keys may be shorter than block_size: a tile holds "
+                "(its query rows) x (its key columns) scores", lambda tq, tk, b: _ws_general(tq, tk, b, full=True)),
+        Mistake("the question is how many computed scores the mask throws away: subtract the allowed "
+                "entries from the entries of the visited tiles", lambda tq, tk, b: _ws_general(tq, tk, b, subtract=False)),
     ),
     forbidden=("mha",), dtypes=(),
 )
 
 
-# ---------------------------------------------------------------- 4. the tiled forward
+# ---------------------------------------------------------------- 4. a tiled sliding-window forward
 
-def tiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d)) v for q (Tq, d), k (Tk, d), v (Tk, d_v), visiting the keys in
-    blocks of block_size with a running max m, sum l and unnormalised output acc per query."""
+def tiled_window_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
+                         block_size: int) -> torch.Tensor:
+    """Sliding-window causal attention, softmax(q k^T / sqrt(d)) v over the allowed keys, for q
+    (Tq, d), k (Tk, d), v (Tk, d_v), one block of block_size keys at a time with a running max
+    m, sum l and unnormalised output acc per query. Query i sits at p = i + Tk - Tq and sees
+    the keys p - window < j <= p; a query with no key gets zeros."""
+    Tq, Tk = q.shape[0], k.shape[0]
     q = q / math.sqrt(q.shape[-1])
-    m = torch.full((q.shape[0], 1), NEG_INF, dtype=q.dtype)          # (Tq, 1)
-    l = torch.zeros(q.shape[0], 1, dtype=q.dtype)                    # (Tq, 1)
-    acc = torch.zeros(q.shape[0], v.shape[-1], dtype=q.dtype)        # (Tq, d_v)
-    for j0 in range(0, k.shape[0], block_size):
-        s = q @ k[j0:j0 + block_size].T                              # (Tq, bk)
+    p = torch.arange(Tq)[:, None] + (Tk - Tq)                         # (Tq, 1) query positions
+    m = torch.full((Tq, 1), NEG_INF, dtype=q.dtype)                   # (Tq, 1)
+    l = torch.zeros(Tq, 1, dtype=q.dtype)
+    acc = torch.zeros(Tq, v.shape[-1], dtype=q.dtype)                 # (Tq, d_v)
+    for j0 in range(0, Tk, block_size):
+        j = torch.arange(j0, min(j0 + block_size, Tk))[None, :]       # (1, bk) key positions
+        allowed = (j <= p) & (j > p - window)                         # (Tq, bk)
+        if not allowed.any():
+            continue                                                  # a tile nobody may see
+        s = (q @ k[j0:j0 + block_size].T).masked_fill(~allowed, NEG_INF)
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-        p = torch.exp(s - m_new)
-        rescale = torch.exp(m - m_new)
-        l = l * rescale + p.sum(dim=-1, keepdim=True)
-        acc = acc * rescale + p @ v[j0:j0 + block_size]
+        shift = torch.where(torch.isneginf(m_new), 0.0, m_new)        # rows that saw nothing yet
+        e = torch.exp(s - shift)
+        rescale = torch.exp(m - shift)
+        l = l * rescale + e.sum(dim=-1, keepdim=True)
+        acc = acc * rescale + e @ v[j0:j0 + block_size]
         m = m_new
-    return acc / l
+    return torch.where(l > 0, acc / torch.where(l > 0, l, 1.0), 0.0)
 
 
-def _forward_no_rescale(q, k, v, block_size):
-    q = q / math.sqrt(q.shape[-1])
-    m = torch.full((q.shape[0], 1), NEG_INF, dtype=q.dtype)
-    l, acc = torch.zeros(q.shape[0], 1, dtype=q.dtype), torch.zeros(q.shape[0], v.shape[-1], dtype=q.dtype)
-    for j0 in range(0, k.shape[0], block_size):
-        s = q @ k[j0:j0 + block_size].T
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-        p = torch.exp(s - m_new)
-        l = l * torch.exp(m - m_new) + p.sum(dim=-1, keepdim=True)
-        acc = acc + p @ v[j0:j0 + block_size]                          # the old acc not rescaled
+def _window_variant(q, k, v, window, block_size, *, lower=None, align=True, rescale_acc=True, scale=True,
+                    shared_max=False, guard=True, final_guard=True):
+    Tq, Tk = q.shape[0], k.shape[0]
+    q = q / math.sqrt(q.shape[-1]) if scale else q
+    p = torch.arange(Tq)[:, None] + ((Tk - Tq) if align else 0)
+    lower = lower or (lambda j, p, w: j > p - w)
+    m = torch.full((Tq, 1), NEG_INF, dtype=q.dtype)
+    l, acc = torch.zeros(Tq, 1, dtype=q.dtype), torch.zeros(Tq, v.shape[-1], dtype=q.dtype)
+    for j0 in range(0, Tk, block_size):
+        j = torch.arange(j0, min(j0 + block_size, Tk))[None, :]
+        allowed = (j <= p) & lower(j, p, window)
+        if not allowed.any():
+            continue
+        s = (q @ k[j0:j0 + block_size].T).masked_fill(~allowed, NEG_INF)
+        block_max = s.max().expand(Tq, 1) if shared_max else s.amax(dim=-1, keepdim=True)
+        m_new = torch.maximum(m, block_max)
+        shift = torch.where(torch.isneginf(m_new), 0.0, m_new) if guard else m_new
+        e = torch.exp(s - shift)
+        factor = torch.exp(m - shift)
+        l = l * factor + e.sum(dim=-1, keepdim=True)
+        acc = (acc * factor if rescale_acc else acc) + e @ v[j0:j0 + block_size]
         m = m_new
+    if final_guard:
+        return torch.where(l > 0, acc / torch.where(l > 0, l, 1.0), 0.0)
     return acc / l
 
 
-def _forward_per_block(q, k, v, block_size):
-    outs = [torch.softmax(q @ k[j:j + block_size].T / math.sqrt(q.shape[-1]), dim=-1) @ v[j:j + block_size]
-            for j in range(0, k.shape[0], block_size)]
-    return torch.stack(outs).mean(dim=0)
+def _other_size(g, low, high, avoid):
+    choices = [n for n in range(low, high + 1) if n not in avoid]
+    return choices[_int(g, 0, len(choices) - 1)]
 
 
-def _forward_unscaled(q, k, v, block_size):
-    return tiled_forward(q * math.sqrt(q.shape[-1]), k, v, block_size)
+def _window_case(g, tq, tk, d, dv, window, block, dtype=torch.float32, extreme=False, note=""):
+    """q (tq, d), k (tk, d), v (tk, dv). With ``extreme``, the keys point along one unit vector u
+    with distinct lengths (20 to 40); query 0 is 100 u and query 1 is -100 u: every score of
+    row 0 is above 1000 (exp overflows without the max), every score of row 1 below -1000 (a
+    max shared with row 0 makes it underflow to 0 / 0)."""
+    if extreme:
+        u = _randn(g, d, dtype=torch.float64)
+        u = u / u.norm()
+        lengths = torch.linspace(20.0, 40.0, tk, dtype=torch.float64)[torch.randperm(tk, generator=g)]
+        k = lengths[:, None] * u + 0.1 * _randn(g, tk, d, dtype=torch.float64)
+        q = _randn(g, tq, d, dtype=torch.float64)
+        q[-1], q[-2] = 100.0 * u, -100.0 * u        # the last queries: they see keys whatever the shapes
+    else:
+        q, k = _randn(g, tq, d, dtype=torch.float64, scale=1.5), _randn(g, tk, d, dtype=torch.float64, scale=1.5)
+    return Case((q.to(dtype), k.to(dtype), _randn(g, tk, dv, dtype=dtype), window, block), note=note)
 
 
-def _forward_no_max(q, k, v, block_size):
-    s = 1.0 / math.sqrt(q.shape[-1])
-    l, acc = torch.zeros(q.shape[0], 1, dtype=q.dtype), torch.zeros(q.shape[0], v.shape[-1], dtype=q.dtype)
-    for j0 in range(0, k.shape[0], block_size):
-        p = torch.exp(q @ k[j0:j0 + block_size].T * s)                   # overflows for large scores
-        l = l + p.sum(dim=-1, keepdim=True)
-        acc = acc + p @ v[j0:j0 + block_size]
-    return acc / l
+def _window_public(g):
+    return [_window_case(g, 5, 9, 4, 2, 3, 2, note="5 queries, the last 5 of 9 positions; windows of 3 keys"),
+            _window_case(g, 7, 4, 3, 2, 2, 3, torch.float64, note="more queries than keys: the first three see none"),
+            _window_case(g, 6, 11, 4, 3, 5, 4, extreme=True,
+                         note="the last query's scores are above 1000, the one before's below -1000")]
 
 
-def _forward_max_from_zero(q, k, v, block_size):
-    s = 1.0 / math.sqrt(q.shape[-1])
-    m = torch.zeros(q.shape[0], 1, dtype=q.dtype)                       # should start at -inf
-    l, acc = torch.zeros(q.shape[0], 1, dtype=q.dtype), torch.zeros(q.shape[0], v.shape[-1], dtype=q.dtype)
-    for j0 in range(0, k.shape[0], block_size):
-        scores = q @ k[j0:j0 + block_size].T * s
-        m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
-        p, rescale = torch.exp(scores - m_new), torch.exp(m - m_new)
-        l = l * rescale + p.sum(dim=-1, keepdim=True)
-        acc = acc * rescale + p @ v[j0:j0 + block_size]
-        m = m_new
-    return acc / l
+def _window_hidden(g):
+    # Tq and Tk differ from d, d_v and block_size (and block_size < Tk), so that a tensor with a
+    # dimension of Tq and one of Tk can only be the forbidden (Tq, Tk) scores or mask.
+    cases = []
+    for extreme, more_queries, dtype in ((True, False, torch.float32), (False, True, torch.float64),
+                                         (True, False, torch.float64)):
+        d, dv, block = _int(g, 2, 5), _int(g, 1, 4), _int(g, 2, 4)
+        tk = _other_size(g, block + 3, 14, (d, dv))
+        tq = (_other_size(g, tk + 2, tk + 5, (d, dv, block)) if more_queries
+              else _other_size(g, 3, tk, (d, dv, block)))
+        window = _int(g, 2, max(2, tk - 2))
+        cases.append(_window_case(g, tq, tk, d, dv, window, block, dtype, extreme=extreme))
+    return cases
 
 
-def _extreme_scores(g, tq, tk, dv, dtype=torch.float32, note=""):
-    """Scores in the thousands, d = 4. Keys point along one unit vector u with distinct lengths
-    (20 to 40); query 0 is 100 u (every score of its row above 1000: exp overflows even in
-    float64 without the max) and query 1 is -100 u (every score below -1000: exp underflows
-    to 0 unless the max starts at -inf). The gaps between scores make both rows one-hot, so
-    rounding does not matter. The other queries are ordinary."""
-    d = 4
-    u = _randn(g, d, dtype=torch.float64)
-    u = u / u.norm()
-    lengths = torch.linspace(20.0, 40.0, tk, dtype=torch.float64)[torch.randperm(tk, generator=g)]
-    k = lengths[:, None] * u + 0.1 * _randn(g, tk, d, dtype=torch.float64)
-    q = _randn(g, tq, d, dtype=torch.float64)
-    q[0], q[1] = 100.0 * u, -100.0 * u
-    return Case((q.to(dtype), k.to(dtype), _randn(g, tk, dv, dtype=dtype), _int(g, 2, 4)), note=note)
+def _window_audit(case, ops):
+    q, k = case.args[0], case.args[1]
+    tq, tk = q.shape[0], k.shape[0]
+    for op in ops:
+        for shape in op.outputs:
+            dims = list(shape)
+            if tq in dims:
+                dims.remove(tq)
+                if tk in dims:
+                    return (f"{op.name} made a tensor with a dimension of Tq and "
+                            "one of Tk, as large as the whole matrix of scores (or of the mask): a tiled "
+                            "forward holds one (Tq, block_size) tile at a time")
+    return None
 
 
-def _growing_keys(g, tq, tk, d, dv, dtype=torch.float32):
-    """Positive queries and keys whose size grows with position: every row's max grows."""
-    q = _randn(g, tq, d, dtype=torch.float64).abs() + 0.5
-    k = (_randn(g, tk, d, dtype=torch.float64).abs() + 0.5) * torch.linspace(0.2, 2.0, tk, dtype=torch.float64)[:, None]
-    return Case((q.to(dtype), k.to(dtype), _randn(g, tk, dv, dtype=dtype), _int(g, 2, 3)))
+def _window_explain(case, outcome):
+    if outcome.status == "value" and outcome.value.kind == "tensor":
+        import numpy as np
+
+        if np.isnan(outcome.value.data.astype(np.float64)).any():
+            return ("a row that has seen only masked keys has m = -inf, and exp(m - m_new) = "
+                    "exp(-inf - (-inf)) is NaN: shift such rows by 0 instead; a query whose window "
+                    "holds no key at all (Tq > Tk) returns zeros, not 0 / 0")
+    return None
 
 
-def _forward_public(g):
-    return [Case((_randn(g, 3, 4), _randn(g, 5, 4), _randn(g, 5, 2), 2), note="Tk = 5, blocks of 2"),
-            Case((_randn(g, 4, 8, dtype=torch.float64), _randn(g, 6, 8, dtype=torch.float64),
-                  _randn(g, 6, 3, dtype=torch.float64), 1), note="blocks of one key"),
-            Case((_randn(g, 2, 4), _randn(g, 3, 4), _randn(g, 3, 4), 8), note="one block larger than Tk"),
-            _extreme_scores(g, 3, 6, 2, note="query 0: scores above 1000; query 1: below -1000")]
-
-
-def _forward_hidden(g):
-    d = _int(g, 2, 8)
-    return [_growing_keys(g, _int(g, 2, 5), _int(g, 7, 12), _int(g, 2, 6), _int(g, 1, 4)),
-            Case((_randn(g, _int(g, 1, 6), d, dtype=torch.float64, scale=2.0),
-                  _randn(g, 9, d, dtype=torch.float64, scale=2.0), _randn(g, 9, _int(g, 1, 5), dtype=torch.float64),
-                  _int(g, 2, 4))),
-            Case((_randn(g, _int(g, 2, 6), 4), _randn(g, 5, 4), _randn(g, 5, 3), _int(g, 6, 9))),
-            _extreme_scores(g, _int(g, 2, 5), _int(g, 5, 10), _int(g, 1, 4), torch.float64)]
-
-
-TILED = Exercise(
-    id="flash.tiled_forward", title="The tiled forward", lesson="10-flash-attention",
-    function="tiled_forward", params=("q", "k", "v", "block_size"), points=6,
-    reference=tiled_forward, public=_forward_public, hidden=_forward_hidden, public_seed=1004,
+TILED_WINDOW = Exercise(
+    id="flash.tiled_window_forward", title="A tiled sliding-window forward", lesson="10-flash-attention",
+    function="tiled_window_forward", params=("q", "k", "v", "window", "block_size"), points=6,
+    reference=tiled_window_forward, public=_window_public, hidden=_window_hidden, public_seed=1006,
+    audit=_window_audit, explain=_window_explain,
     mistakes=(
-        Mistake("when the max grows, the output accumulated so far must shrink like the sum: "
-                "multiply acc by exp(m - m_new) too", _forward_no_rescale),
-        Mistake("a softmax per block followed by an average weights every block equally; blocks "
-                "must be weighted by their share of the whole row's sum (keep running m, l, acc)",
-                _forward_per_block),
-        Mistake("scale the scores by 1 / sqrt(d) before the exponentials", _forward_unscaled),
-        Mistake("exp of a score in the thousands overflows to inf (inf / inf = NaN): subtract the "
-                "running max, so that every exponent is <= 0", _forward_no_max),
-        Mistake("start the running max at -inf, not 0: when every score of a row is very negative, "
-                "exp(score - 0) underflows to 0 and the row ends as 0 / 0", _forward_max_from_zero),
+        Mistake("the window holds `window` keys including the query's own position: p - window < j, "
+                "not p - window <= j", lambda *a: _window_variant(*a, lower=lambda j, p, w: j >= p - w)),
+        Mistake("align bottom-right: with Tq != Tk, query i sits at position p = i + Tk - Tq, not at i",
+                lambda *a: _window_variant(*a, align=False)),
+        Mistake("a sliding window also hides the keys before p - window + 1: this is the plain causal mask",
+                lambda *a: _window_variant(*a, lower=lambda j, p, w: j >= 0)),
+        Mistake("one running max per query row: a max shared by all the rows of a tile makes the rows "
+                "far below it underflow to 0 / 0", lambda *a: _window_variant(*a, shared_max=True)),
+        Mistake("when the max grows, the output accumulated so far must shrink like the sum: multiply "
+                "acc by exp(m - m_new) too", lambda *a: _window_variant(*a, rescale_acc=False)),
+        Mistake("scale the scores by 1 / sqrt(d) before the exponentials", lambda *a: _window_variant(*a, scale=False)),
     ),
-    forbidden=("mha", "scaled_dot_product_attention"),
+    forbidden=("mha", "scaled_dot_product_attention", "torch.nn.attention"),
 )
 
-EXERCISES = (ONLINE_STATS, MERGE, TILES, TILED)
+EXERCISES = (ONLINE_STATS, MERGE, WASTED, TILED_WINDOW)

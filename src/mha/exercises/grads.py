@@ -1,6 +1,6 @@
-"""Exercises of lesson 08, gradients: the softmax Jacobian, the gradient of one head's
-queries, and the gradients of the output and query projections. Autograd is not allowed:
-the point is to write the derived formulas."""
+"""Exercises of lesson 08, gradients: the softmax Jacobian, the gradient of key heads shared
+by grouped-query attention, the gradient of the softmax's temperature, and a linear layer's
+backward pass to fix. Autograd is not allowed: the point is to derive the formulas."""
 
 from __future__ import annotations
 
@@ -67,167 +67,184 @@ SOFTMAX_JACOBIAN = Exercise(
 )
 
 
-# ---------------------------------------------------------------- 2. dq of one head
+# ---------------------------------------------------------------- 2. the backward of sharing K/V heads
 
-def _head_grads(q, k, v, grad_out):
-    """P, dP and dS of one head (no mask, scale 1 / sqrt(d))."""
-    s = 1.0 / math.sqrt(q.shape[-1])
-    P = torch.softmax(q @ k.T * s, dim=-1)                 # (Tq, Tk)
+def gqa_kv_grad(grad_k_heads: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+    """The forward shares g = num_kv_heads key heads among h query heads:
+    k_heads = k.repeat_interleave(h // g, dim=1), (B, g, T, d) -> (B, h, T, d). Given
+    grad_k_heads = dL/dk_heads (B, h, T, d), return dL/dk (B, g, T, d): every copy's gradient,
+    summed."""
+    B, h, T, d = grad_k_heads.shape
+    return grad_k_heads.view(B, num_kv_heads, h // num_kv_heads, T, d).sum(dim=2)
+
+
+def _gkv_case(g, b, groups, per, t, d, dtype=torch.float32):
+    return Case((_randn(g, b, groups * per, t, d, dtype=dtype), groups))
+
+
+def _gkv_public(g):
+    return [_gkv_case(g, 1, 2, 2, 3, 2), _gkv_case(g, 2, 2, 3, 2, 4, torch.float64), _gkv_case(g, 1, 1, 4, 3, 2)]
+
+
+def _gkv_hidden(g):
+    # g >= 2 groups of >= 2 heads: the repeat grouping, a mean and one copy all differ
+    return [_gkv_case(g, _int(g, 1, 3), _int(g, 2, 4), _int(g, 2, 4), _int(g, 1, 5), _int(g, 1, 5), dt)
+            for dt in (torch.float32, torch.float64, torch.float32)]
+
+
+GQA_KV_GRAD = Exercise(
+    id="grads.gqa_kv_grad", title="The gradient of shared key heads", lesson="08-gradients",
+    function="gqa_kv_grad", params=("grad_k_heads", "num_kv_heads"), points=3,
+    reference=gqa_kv_grad, public=_gkv_public, hidden=_gkv_hidden, public_seed=805,
+    mistakes=(
+        Mistake("repeat_interleave gives key head j to the CONSECUTIVE query heads j * (h // g) .. "
+                "(j + 1) * (h // g) - 1; query head i reading key head i % g is repeat's layout",
+                lambda gk, groups: gk.view(gk.shape[0], gk.shape[1] // groups, groups, *gk.shape[2:]).sum(dim=1)),
+        Mistake("a key head used by several query heads collects the gradient of every use: sum the "
+                "copies' gradients, do not average them",
+                lambda gk, groups: gk.view(gk.shape[0], groups, gk.shape[1] // groups, *gk.shape[2:]).mean(dim=2)),
+        Mistake("every copy of a key head contributes to the loss, not only the first: add up the "
+                "gradients of all h // g copies",
+                lambda gk, groups: gk[:, ::gk.shape[1] // groups].clone()),
+    ),
+    forbidden=NO_AUTOGRAD,
+)
+
+
+# ---------------------------------------------------------------- 3. the gradient of the scale
+
+def _head(q, k, v, grad_out, scale):
+    """R = q k^T, P = softmax(scale R), dP = grad_out v^T and dS (the gradient of scale * R)."""
+    R = q @ k.T                                            # (Tq, Tk) raw scores
+    P = torch.softmax(scale * R, dim=-1)                   # (Tq, Tk)
     dP = grad_out @ v.T                                    # (Tq, Tk)
     dS = P * (dP - (dP * P).sum(dim=-1, keepdim=True))     # (Tq, Tk)
-    return s, P, dP, dS
+    return R, P, dP, dS
 
 
-def attention_grad_q(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
-    """dL/dq for out = softmax(q k^T / sqrt(d)) v, given grad_out = dL/dout: (Tq, d)."""
-    s, _, _, dS = _head_grads(q, k, v, grad_out)
-    return s * dS @ k
+def scale_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor, scale: float) -> torch.Tensor:
+    """dL/dscale for out = softmax(scale * q k^T) v (one head, no mask), given grad_out = dL/dout:
+    a 0-dim tensor in q's dtype."""
+    R, _, _, dS = _head(q, k, v, grad_out, scale)
+    return (dS * R).sum()
 
 
-def _no_scale(q, k, v, dout):
-    _, _, _, dS = _head_grads(q, k, v, dout)
-    return dS @ k
+def _sg_case(g, tq, tk, d, dv, dtype=torch.float32):
+    scale = round(0.2 + 1.2 * float(torch.rand(1, generator=g)), 3)
+    return Case((_randn(g, tq, d, dtype=dtype), _randn(g, tk, d, dtype=dtype), _randn(g, tk, dv, dtype=dtype),
+                 _randn(g, tq, dv, dtype=dtype), scale))
 
 
-def _no_rowsum(q, k, v, dout):
-    s, P, dP, _ = _head_grads(q, k, v, dout)
-    return s * (P * dP) @ k
+def _sg_public(g):
+    return [_sg_case(g, 3, 3, 4, 4), _sg_case(g, 2, 5, 4, 3), _sg_case(g, 4, 4, 8, 2, torch.float64)]
 
 
-def _no_softmax(q, k, v, dout):
-    s, _, dP, _ = _head_grads(q, k, v, dout)
-    return s * dP @ k
+def _sg_hidden(g):
+    return [_sg_case(g, _int(g, 2, 6), _int(g, 2, 6), _int(g, 2, 8), _int(g, 1, 5), dt)
+            for dt in (torch.float64, torch.float32, torch.float64)]
 
 
-def _keys_instead(q, k, v, dout):
-    s, _, _, dS = _head_grads(q, k, v, dout)
-    return s * dS.T @ q
+def _sg_wrong(kind):
+    def wrong(q, k, v, grad_out, scale):
+        R, P, dP, dS = _head(q, k, v, grad_out, scale)
+        if kind == "no-rowsum":
+            return (P * dP * R).sum()
+        if kind == "scaled":
+            return (dS * scale * R).sum()
+        if kind == "mean":
+            return (dS * R).mean()
+        return dS * R
+    return wrong
 
 
-def _gq_case(g, tq, tk, d, dv, dtype=torch.float32):
-    return Case((_randn(g, tq, d, dtype=dtype), _randn(g, tk, d, dtype=dtype),
-                 _randn(g, tk, dv, dtype=dtype), _randn(g, tq, dv, dtype=dtype)))
-
-
-def _gq_public(g):
-    return [_gq_case(g, 3, 3, 4, 4), _gq_case(g, 2, 5, 4, 3), _gq_case(g, 4, 4, 8, 2, torch.float64)]
-
-
-def _gq_hidden(g):
-    t = _int(g, 2, 6)
-    return [_gq_case(g, t, t, _int(g, 2, 8), _int(g, 1, 5), torch.float64),                   # square
-            _gq_case(g, _int(g, 1, 5), _int(g, 2, 7), _int(g, 2, 8), _int(g, 1, 5)),
-            _gq_case(g, _int(g, 2, 6), _int(g, 2, 6), _int(g, 4, 16), _int(g, 2, 6))]
-
-
-GRAD_Q = Exercise(
-    id="grads.attention_grad_q", title="The gradient of one head's queries", lesson="08-gradients",
-    function="attention_grad_q", params=("q", "k", "v", "grad_out"), points=6,
-    reference=attention_grad_q, public=_gq_public, hidden=_gq_hidden, public_seed=802,
+SCALE_GRAD = Exercise(
+    id="grads.scale_grad", title="The gradient of the temperature", lesson="08-gradients",
+    function="scale_grad", params=("q", "k", "v", "grad_out", "scale"), points=4,
+    reference=scale_grad, public=_sg_public, hidden=_sg_hidden, public_seed=806,
     mistakes=(
-        Mistake("the scores are q k^T * s with s = 1 / sqrt(d), so the chain rule brings the same "
-                "factor back: dq = s dS k", _no_scale),
-        Mistake("the softmax Jacobian has two terms: dS = P * (dP - rowsum(dP * P)); the "
-                "rowsum term comes from -p p^T", _no_rowsum),
-        Mistake("dP = grad_out v^T is the gradient of the weights P, not of the scores S: pass "
-                "it back through the softmax, dS = P * (dP - rowsum(dP * P))", _no_softmax),
-        Mistake("s dS^T q is the gradient of the keys; for the queries, row i of dS belongs to "
-                "query i: dq = s dS k", _keys_instead),
+        Mistake("pass dP through the softmax with both terms of its Jacobian: dS = P * (dP - rowsum(dP * P)); "
+                "P * dP alone misses the -p p^T term", _sg_wrong("no-rowsum")),
+        Mistake("S = scale * R with R = q k^T, so dL/dscale = sum(dS * R), the raw scores; sum(dS * S) "
+                "is scale times too large", _sg_wrong("scaled")),
+        Mistake("the scale is one number used by every score: add up the contributions of all the "
+                "scores (a sum, not a mean)", _sg_wrong("mean")),
+        Mistake("the scale is a single number, so its gradient is one number: sum dS * R over every "
+                "entry (a 0-dim tensor)", _sg_wrong("matrix")),
     ),
     forbidden=NO_AUTOGRAD,
 )
 
 
-# ---------------------------------------------------------------- 3. dW_O
+# ---------------------------------------------------------------- 4. a linear layer's backward, fixed
 
-def out_proj_grad(o: torch.Tensor, grad_y: torch.Tensor) -> torch.Tensor:
-    """dL/dW_O for y = o @ W_O with W_O (C, E) in (in, out) layout: o (B, T, C), grad_y (B, T, E) -> (C, E)."""
-    return (o.transpose(-2, -1) @ grad_y).sum(dim=0)       # (B, C, E) summed over the batch
-
-
-def _op_case(g, b, t, c, e, dtype=torch.float32):
-    return Case((_randn(g, b, t, c, dtype=dtype), _randn(g, b, t, e, dtype=dtype)))
-
-
-def _op_public(g):
-    return [_op_case(g, 2, 3, 4, 4), _op_case(g, 3, 5, 6, 2), _op_case(g, 2, 4, 8, 8, torch.float64)]
+def linear_backward(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, grad_y: torch.Tensor) -> tuple:
+    """y = x @ w.T + b as nn.Linear computes it, x (B, T, n_in), w (n_out, n_in), b (n_out,);
+    given grad_y = dL/dy (B, T, n_out) -> (dL/dx, dL/dw, dL/db) with the shapes of x, w and b."""
+    grad_x = grad_y @ w                                        # (B, T, n_in)
+    grad_w = torch.einsum("bto,bti->oi", grad_y, x)            # (n_out, n_in): summed over B and T
+    grad_b = grad_y.sum(dim=(0, 1))                            # (n_out,)
+    return grad_x, grad_w, grad_b
 
 
-def _op_hidden(g):
-    c = _int(g, 2, 9)
-    return [_op_case(g, _int(g, 2, 4), _int(g, 1, 6), c, c, torch.float64),               # square W_O
-            _op_case(g, _int(g, 2, 4), _int(g, 2, 6), _int(g, 2, 9), _int(g, 2, 9)),
-            _op_case(g, _int(g, 2, 4), _int(g, 2, 6), _int(g, 2, 9), _int(g, 2, 9))]
+def _lb_case(g, bsz, t, n_in, n_out, dtype=torch.float32):
+    return Case((_randn(g, bsz, t, n_in, dtype=dtype), _randn(g, n_out, n_in, dtype=dtype),
+                 _randn(g, n_out, dtype=dtype), _randn(g, bsz, t, n_out, dtype=dtype)))
 
 
-OUT_PROJ = Exercise(
-    id="grads.out_proj_grad", title="The gradient of the output projection", lesson="08-gradients",
-    function="out_proj_grad", params=("o", "grad_y"), points=3,
-    reference=out_proj_grad, public=_op_public, hidden=_op_hidden, public_seed=803,
+def _lb_public(g):
+    return [_lb_case(g, 2, 3, 4, 5), _lb_case(g, 3, 2, 3, 3, torch.float64), _lb_case(g, 2, 4, 6, 2)]
+
+
+def _lb_hidden(g):
+    # B, T >= 2 everywhere; one square layer (where grad_y @ w.T runs, and the (in, out) layout
+    # of dw has the right shape), the others with n_in != n_out
+    n = _int(g, 2, 6)
+    n_in = _int(g, 2, 6)
+    n_out = n_in + _int(g, 1, 3)
+    return [_lb_case(g, _int(g, 2, 3), _int(g, 2, 4), n, n, torch.float64),
+            _lb_case(g, _int(g, 2, 3), _int(g, 2, 4), n_in, n_out),
+            _lb_case(g, _int(g, 2, 3), _int(g, 2, 4), n_out, n_in, torch.float64)]
+
+
+def _lb_wrong(kind):
+    def wrong(x, w, b, grad_y):
+        gx, gw, gb = linear_backward(x, w, b, grad_y)
+        if kind == "dx":
+            return grad_y @ w.T, gw, gb
+        if kind == "layout":
+            return gx, gw.T, gb
+        if kind == "per-sequence":
+            return gx, torch.einsum("bto,bti->boi", grad_y, x), gb
+        if kind == "bias":
+            return gx, gw, grad_y.sum(dim=0)
+        return gx, gw / (x.shape[0] * x.shape[1]), gb / (x.shape[0] * x.shape[1])
+    return wrong
+
+
+def _lb_explain(case, outcome):
+    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
+        return ("y = x w^T, so dL/dx = grad_y @ w: (B, T, n_out) @ (n_out, n_in); grad_y @ w.T only "
+                "runs when n_in == n_out")
+    return None
+
+
+LINEAR_BACKWARD = Exercise(
+    id="grads.linear_backward", title="Fix a linear layer's backward", lesson="08-gradients",
+    function="linear_backward", params=("x", "w", "b", "grad_y"), points=4, answer="tensors",
+    reference=linear_backward, public=_lb_public, hidden=_lb_hidden, public_seed=807,
     mistakes=(
-        Mistake("wrong transpose order: with y = o @ W_O and W_O of shape (C, E), dW_O = o^T grad_y; "
-                "grad_y^T o is the (out, in) layout of nn.Linear's weight",
-                lambda o, gy: (gy.transpose(-2, -1) @ o).sum(dim=0)),
-        Mistake("W_O is shared by every sequence of the batch: add up the per-sequence gradients "
-                "(sum over B), giving one (C, E) matrix",
-                lambda o, gy: o.transpose(-2, -1) @ gy),
-        Mistake("sum the per-sequence gradients over the batch, do not average them: grad_y is "
-                "already dL/dY, so any averaging in the loss is inside it",
-                lambda o, gy: (o.transpose(-2, -1) @ gy).mean(dim=0)),
+        Mistake("y = x w^T, so dL/dx = grad_y @ w; grad_y @ w.T is right only by accident, when the "
+                "layer is square", _lb_wrong("dx")),
+        Mistake("w is stored (n_out, n_in), as nn.Linear stores it, and its gradient has the same layout: "
+                "grad_y^T x, not x^T grad_y", _lb_wrong("layout")),
+        Mistake("w is shared by every sequence of the batch: sum the per-sequence gradients over B too, "
+                "giving one (n_out, n_in) matrix", _lb_wrong("per-sequence")),
+        Mistake("the bias is added at every position of every sequence: sum grad_y over the batch AND "
+                "the positions, giving (n_out,)", _lb_wrong("bias")),
+        Mistake("sum the contributions, do not average them: grad_y is already dL/dy, any averaging in "
+                "the loss is inside it", _lb_wrong("mean")),
     ),
-    forbidden=NO_AUTOGRAD,
+    forbidden=NO_AUTOGRAD, explain=_lb_explain,
 )
 
-
-# ---------------------------------------------------------------- 4. dW_Q from the heads
-
-def query_proj_grad(x: torch.Tensor, grad_q: torch.Tensor) -> torch.Tensor:
-    """dL/dW_Q for q = x @ W_Q, W_Q (C, C) in (in, out) layout, split into h heads of width d_h:
-    x (B, T, C), grad_q (B, h, T, d_h) -> (C, C); head i's columns are i*d_h .. (i+1)*d_h - 1."""
-    B, h, T, d_h = grad_q.shape
-    dq = grad_q.transpose(1, 2).reshape(B, T, h * d_h)     # (B, T, C): merge the heads
-    return (x.transpose(-2, -1) @ dq).sum(dim=0)           # (C, C)
-
-
-def _qp_case(g, b, t, h, d_h, dtype=torch.float32):
-    return Case((_randn(g, b, t, h * d_h, dtype=dtype), _randn(g, b, h, t, d_h, dtype=dtype)))
-
-
-def _qp_public(g):
-    return [_qp_case(g, 1, 3, 2, 2), _qp_case(g, 2, 4, 2, 3), _qp_case(g, 2, 5, 4, 2, torch.float64)]
-
-
-def _qp_hidden(g):
-    # h >= 2 and d_h >= 2 in every case: with heads of width 1 a merge in the order (d_h, h)
-    # gives the same matrix as the right one, (h, d_h)
-    return [_qp_case(g, _int(g, 1, 3), _int(g, 2, 6), _int(g, 2, 4), _int(g, 2, 4), dtype)
-            for dtype in (torch.float32, torch.float64, torch.float32)]
-
-
-def _qp_features_by_head_last(x, grad_q):
-    B, h, T, d_h = grad_q.shape
-    dq = grad_q.permute(0, 2, 3, 1).reshape(B, T, h * d_h)   # (B, T, d_h, h): heads interleaved
-    return (x.transpose(-2, -1) @ dq).sum(dim=0)
-
-
-QUERY_PROJ = Exercise(
-    id="grads.query_proj_grad", title="The gradient of the query projection", lesson="08-gradients",
-    function="query_proj_grad", params=("x", "grad_q"), points=4,
-    reference=query_proj_grad, public=_qp_public, hidden=_qp_hidden, public_seed=804,
-    mistakes=(
-        Mistake("merge the heads with transpose(1, 2) and then reshape to (B, T, C); a direct "
-                "reshape of (B, h, T, d_h) scrambles tokens across heads",
-                lambda x, gq: (x.transpose(-2, -1) @ gq.reshape(x.shape)).sum(dim=0)),
-        Mistake("wrong transpose order: W_Q is (in, out), so dW_Q = x^T dq; dq^T x is the (out, in) "
-                "layout of nn.Linear's weight",
-                lambda x, gq: query_proj_grad(x, gq).T),
-        Mistake("each head owns its own d_h columns of W_Q: place head i's x^T dq_i in columns "
-                "i*d_h .. (i+1)*d_h - 1, do not add the heads together",
-                lambda x, gq: (x.transpose(-2, -1)[:, None] @ gq).sum(dim=(0, 1))),
-        Mistake("head i owns the d_h consecutive columns i*d_h .. (i+1)*d_h - 1: merge the heads as "
-                "(B, T, h, d_h), head axis first, not as (B, T, d_h, h)", _qp_features_by_head_last),
-    ),
-    forbidden=NO_AUTOGRAD,
-)
-
-EXERCISES = (SOFTMAX_JACOBIAN, GRAD_Q, OUT_PROJ, QUERY_PROJ)
+EXERCISES = (SOFTMAX_JACOBIAN, GQA_KV_GRAD, SCALE_GRAD, LINEAR_BACKWARD)

@@ -1,5 +1,6 @@
-"""Exercises on attention heads: attention weights and one head (lesson 01, one head from
-scratch), and many heads (lesson 03, dimension math, after the reshapes it needs)."""
+"""Exercises on attention heads: one head, and one head on a batch whose code needs fixing
+(lesson 01, one head from scratch); many query heads sharing one key/value head (lesson 03,
+dimension math, after the reshapes it needs)."""
 
 from __future__ import annotations
 
@@ -20,44 +21,6 @@ def _randn(g: torch.Generator, *shape: int, dtype=torch.float32, scale: float = 
 def _int(g: torch.Generator, low: int, high: int) -> int:
     """A random int in [low, high]."""
     return int(torch.randint(low, high + 1, (1,), generator=g))
-
-
-# ---------------------------------------------------------------- 1. attention weights
-
-def attention_weights(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d)) over keys: q (Tq, d), k (Tk, d) -> (Tq, Tk)."""
-    scores = q @ k.T / math.sqrt(q.shape[-1])
-    return torch.softmax(scores, dim=-1)
-
-
-def _weights_public(g):
-    return [Case((_randn(g, 3, 4, scale=2), _randn(g, 5, 4, scale=2))),
-            Case((_randn(g, 4, 8, scale=2), _randn(g, 4, 8, scale=2))),
-            Case((_randn(g, 2, 16, dtype=torch.float64), _randn(g, 6, 16, dtype=torch.float64)))]
-
-
-def _weights_hidden(g):
-    cases = []
-    for dtype in (torch.float32, torch.float64, torch.float32):
-        tq, tk, d = _int(g, 2, 7), _int(g, 2, 9), _int(g, 2, 24)
-        cases.append(Case((_randn(g, tq, d, dtype=dtype, scale=2), _randn(g, tk, d, dtype=dtype, scale=2))))
-    return cases
-
-
-WEIGHTS = Exercise(
-    id="heads.attention_weights", title="Attention weights", lesson="01-one-head",
-    function="attention_weights", params=("q", "k"), points=3,
-    reference=attention_weights, public=_weights_public, hidden=_weights_hidden, public_seed=101,
-    mistakes=(
-        Mistake("divide the scores by sqrt(d), the square root of the key width",
-                lambda q, k: torch.softmax(q @ k.T, dim=-1)),
-        Mistake("the softmax runs over the keys, the last dimension (dim=-1), so each row sums to 1",
-                lambda q, k: torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=0)),
-        Mistake("scale by sqrt(d), not by d",
-                lambda q, k: torch.softmax(q @ k.T / q.shape[-1], dim=-1)),
-    ),
-    forbidden=NO_MHA,
-)
 
 
 # ---------------------------------------------------------------- 2. one head
@@ -85,10 +48,26 @@ def _single_public(g):
 def _single_hidden(g):
     cases = [_single_case(g, _int(g, 2, 8), c, _int(g, 2, c), dt)
              for c, dt in ((_int(g, 3, 12), torch.float32), (_int(g, 3, 12), torch.float64))]
-    # Always one head narrower than C: there, scaling by sqrt(C) instead of sqrt(d) changes
-    # the answer.
-    c = _int(g, 3, 12)
-    return cases + [_single_case(g, _int(g, 2, 8), c, _int(g, 2, c - 1), torch.float32)]
+    # Always one head narrower than C, with T different from both: there every listed
+    # mistake (sqrt(C), sqrt(T) for sqrt(d), ...) changes the answer.
+    c = _int(g, 4, 12)
+    d = _int(g, 2, c - 1)
+    return cases + [_single_case(g, _other(g, 2, 9, (d, c)), c, d, torch.float32)]
+
+
+def _other(g: torch.Generator, low: int, high: int, avoid) -> int:
+    """A random int in [low, high] not in ``avoid``."""
+    choices = [n for n in range(low, high + 1) if n not in avoid]
+    return choices[_int(g, 0, len(choices) - 1)]
+
+
+def _one_head(x, a, b, c, *, scale=None, after=False, swap=False, dim=-1):
+    q, k, v = x @ a, x @ b, x @ c
+    s = math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (k @ q.transpose(-2, -1)) if swap else (q @ k.transpose(-2, -1))
+    if after:
+        return torch.softmax(scores, dim=dim) / s @ v
+    return torch.softmax(scores / s, dim=dim) @ v
 
 
 def _single_explain(case, outcome):
@@ -105,75 +84,153 @@ SINGLE = Exercise(
     reference=single_head, public=_single_public, hidden=_single_hidden, public_seed=102,
     mistakes=(
         Mistake("divide the scores by sqrt(d), the width of one head",
-                lambda x, a, b, c: torch.softmax((x @ a) @ (x @ b).T, -1) @ (x @ c)),
+                lambda x, a, b, c: _one_head(x, a, b, c, scale=1.0)),
         Mistake("scale by sqrt(d), the head width (w_q.shape[1]), not sqrt(C), the model width",
-                lambda x, a, b, c: torch.softmax((x @ a) @ (x @ b).T / math.sqrt(x.shape[1]), -1) @ (x @ c)),
+                lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[-1]))),
+        Mistake("scale by sqrt(d), the width of a query and a key, not sqrt(T), the number of keys",
+                lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[-2]))),
         Mistake("the softmax runs over the keys, the last dimension (dim=-1)",
-                lambda x, a, b, c: torch.softmax((x @ a) @ (x @ b).T / math.sqrt(a.shape[1]), 0) @ (x @ c)),
+                lambda x, a, b, c: _one_head(x, a, b, c, dim=-2)),
+        Mistake("scale the scores before the softmax: dividing the weights after it leaves rows that "
+                "no longer sum to 1", lambda x, a, b, c: _one_head(x, a, b, c, after=True)),
+        Mistake("row i of the scores is query i against every key: Q @ K.T, not K @ Q.T (which gives "
+                "the transposed matrix)", lambda x, a, b, c: _one_head(x, a, b, c, swap=True)),
     ),
     forbidden=NO_MHA, explain=_single_explain,
 )
 
 
-# ---------------------------------------------------------------- 3. many heads
+# ---------------------------------------------------------------- 2b. a batched head, fixed
 
-def multi_head(x, w_q, w_k, w_v, w_o, num_heads):
-    """Multi-head self-attention without a mask: x (B, T, C), each weight (C, C) -> (B, T, C)."""
+def batched_head(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
+    """One head on a batch: x (B, T, C), weights (C, d) -> (B, T, d)."""
+    q, k, v = x @ w_q, x @ w_k, x @ w_v                                  # (B, T, d) each
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])            # (B, T, T)
+    return torch.softmax(scores, dim=-1) @ v                             # (B, T, d)
+
+
+def _batched_case(g, b, t, c, d, dtype=torch.float32):
+    w = [_randn(g, c, d, dtype=dtype, scale=c ** -0.5) for _ in range(3)]
+    return Case((_randn(g, b, t, c, dtype=dtype), *w))
+
+
+def _batched_public(g):
+    return [_batched_case(g, 2, 3, 6, 4), _batched_case(g, 3, 5, 4, 2, torch.float64),
+            _batched_case(g, 4, 2, 8, 3)]
+
+
+def _batched_hidden(g):
+    # B, T, C and d all different (and d >= 2) in every case, so that each of the colleague's
+    # bugs, fixed alone, leaves a wrong answer: the scale sqrt(B) or sqrt(T), the softmax over
+    # the queries...
+    cases = []
+    for dtype in (torch.float32, torch.float64, torch.float32):
+        d = _int(g, 2, 5)
+        c = _other(g, 3, 9, (d,))
+        b = _other(g, 2, 5, (d, c))
+        cases.append(_batched_case(g, b, _other(g, 2, 7, (b, c, d)), c, d, dtype))
+    return cases
+
+
+def _batched_explain(case, outcome):
+    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
+        return (".T on a 3-D tensor reverses all its axes, (B, T, d) -> (d, T, B); transpose only the "
+                "last two: k.transpose(-2, -1) (or k.mT)")
+    return None
+
+
+BATCHED = Exercise(
+    id="heads.batched_head", title="Fix a batched head", lesson="01-one-head",
+    function="batched_head", params=("x", "w_q", "w_k", "w_v"), points=3,
+    reference=batched_head, public=_batched_public, hidden=_batched_hidden, public_seed=104,
+    mistakes=(
+        Mistake("k.shape[0] is the batch size B here: the scale is 1 / sqrt(d) with d the head width, "
+                "k.shape[-1]", lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[0]))),
+        Mistake("scale by sqrt(d), the width of a query and a key (k.shape[-1]), not sqrt(T), the number "
+                "of keys (k.shape[1])", lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[1]))),
+        Mistake("with a batch the scores are (B, T, T) and dim=1 runs over the queries: the softmax "
+                "runs over the keys, dim=-1", lambda x, a, b, c: _one_head(x, a, b, c, dim=1)),
+        Mistake("row i of the scores is query i against every key: q @ k.transpose(-2, -1), not "
+                "k @ q.transpose(-2, -1)", lambda x, a, b, c: _one_head(x, a, b, c, swap=True)),
+        Mistake("scale the scores before the softmax: dividing the weights after it leaves rows that "
+                "no longer sum to 1", lambda x, a, b, c: _one_head(x, a, b, c, after=True)),
+        Mistake("keep the scale: divide the scores by sqrt(d) before the softmax",
+                lambda x, a, b, c: _one_head(x, a, b, c, scale=1.0)),
+    ),
+    forbidden=NO_MHA, explain=_batched_explain,
+)
+
+
+# ---------------------------------------------------------------- 3. many query heads, one K/V head
+
+def multi_query_head(x, w_q, w_k, w_v, w_o, num_heads):
+    """Multi-query attention without a mask: x (B, T, C), w_q and w_o (C, C), w_k and w_v
+    (C, d) with d = C // num_heads: h query heads, one key head and one value head."""
     B, T, C = x.shape
     d = C // num_heads
-
-    def split(t):  # (B, T, C) -> (B, h, T, d)
-        return t.view(B, T, num_heads, d).transpose(1, 2)
-
-    q, k, v = split(x @ w_q), split(x @ w_k), split(x @ w_v)
+    q = (x @ w_q).view(B, T, num_heads, d).transpose(1, 2)                 # (B, h, T, d)
+    k, v = (x @ w_k)[:, None], (x @ w_v)[:, None]                           # (B, 1, T, d): shared
     weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1)  # (B, h, T, T)
     heads = weights @ v                                                     # (B, h, T, d)
-    merged = heads.transpose(1, 2).contiguous().view(B, T, C)
-    return merged @ w_o
+    return heads.transpose(1, 2).reshape(B, T, C) @ w_o
 
 
-def _multi_variant(x, w_q, w_k, w_v, w_o, h, *, scale=None, transpose=True, project=True):
+def _mqa_variant(x, w_q, w_k, w_v, w_o, h, *, split="right", merge="right", scale=None, project=True):
     B, T, C = x.shape
     d = C // h
-
-    def split(t):
-        return t.view(B, T, h, d).transpose(1, 2) if transpose else t.reshape(B, h, T, d)
-
-    q, k, v = split(x @ w_q), split(x @ w_k), split(x @ w_v)
+    q = x @ w_q
+    q = q.view(B, T, h, d).transpose(1, 2) if split == "right" else q.reshape(B, h, T, d)
+    k, v = (x @ w_k)[:, None], (x @ w_v)[:, None]
     out = torch.softmax(q @ k.transpose(-2, -1) / (scale or math.sqrt(d)), dim=-1) @ v
-    out = out.transpose(1, 2).reshape(B, T, C) if transpose else out.reshape(B, T, C)
+    out = out.transpose(1, 2).reshape(B, T, C) if merge == "right" else out.reshape(B, T, C)
     return out @ w_o if project else out
 
 
-def _multi_case(g, b, t, h, d, dtype=torch.float32):
+def _mqa_case(g, b, t, h, d, dtype=torch.float32):
     c = h * d
-    w = [_randn(g, c, c, dtype=dtype, scale=1 / math.sqrt(c)) for _ in range(4)]
-    return Case((_randn(g, b, t, c, dtype=dtype), *w, h))
+    return Case((_randn(g, b, t, c, dtype=dtype), _randn(g, c, c, dtype=dtype, scale=c ** -0.5),
+                 _randn(g, c, d, dtype=dtype, scale=c ** -0.5), _randn(g, c, d, dtype=dtype, scale=c ** -0.5),
+                 _randn(g, c, c, dtype=dtype, scale=c ** -0.5), h))
 
 
-def _multi_public(g):
-    return [_multi_case(g, 2, 5, 2, 4), _multi_case(g, 1, 3, 3, 4, torch.float64), _multi_case(g, 2, 4, 4, 2)]
+def _mqa_public(g):
+    return [_mqa_case(g, 2, 5, 2, 4), _mqa_case(g, 1, 3, 4, 2, torch.float64), _mqa_case(g, 2, 4, 3, 3)]
 
 
-def _multi_hidden(g):
-    return [_multi_case(g, _int(g, 1, 3), _int(g, 2, 6), h, _int(g, 2, 5), dt)
-            for h, dt in ((_int(g, 2, 4), torch.float32), (_int(g, 2, 4), torch.float64), (1, torch.float32))]
+def _mqa_hidden(g):
+    # h >= 2, d >= 2 and T different from h in every case: a direct view of the queries or of
+    # the heads' outputs then scrambles tokens, and sqrt(C) differs from sqrt(d)
+    cases = []
+    for dt in (torch.float32, torch.float64, torch.float32):
+        h = _int(g, 2, 4)
+        cases.append(_mqa_case(g, _int(g, 1, 3), _other(g, 2, 6, (h,)), h, _int(g, 2, 4), dt))
+    return cases
 
 
-MULTI = Exercise(
-    id="heads.multi_head", title="Many heads", lesson="03-dimension-math",
-    function="multi_head", params=("x", "w_q", "w_k", "w_v", "w_o", "num_heads"), points=6,
-    reference=multi_head, public=_multi_public, hidden=_multi_hidden, public_seed=103,
+def _mqa_explain(case, outcome):
+    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
+        return ("w_k and w_v have only d = C // num_heads columns: the keys and values form ONE head "
+                "(B, 1, T, d) that every query head reads; do not split them into heads")
+    return None
+
+
+MULTI_QUERY = Exercise(
+    id="heads.multi_query_head", title="Many query heads, one key head", lesson="03-dimension-math",
+    function="multi_query_head", params=("x", "w_q", "w_k", "w_v", "w_o", "num_heads"), points=6,
+    reference=multi_query_head, public=_mqa_public, hidden=_mqa_hidden, public_seed=105,
     mistakes=(
         Mistake("after merging the heads, mix them with the output projection: merged @ w_o",
-                lambda *a: _multi_variant(*a, project=False)),
-        Mistake("view (B, T, C) as (B, T, h, d) and then transpose to (B, h, T, d); a direct "
-                "view to (B, h, T, d) mixes tokens across heads",
-                lambda *a: _multi_variant(*a, transpose=False)),
+                lambda *a: _mqa_variant(*a, project=False)),
+        Mistake("view the queries (B, T, C) as (B, T, h, d) and then transpose to (B, h, T, d); a "
+                "direct view to (B, h, T, d) mixes tokens across heads",
+                lambda *a: _mqa_variant(*a, split="direct")),
+        Mistake("merge the heads back by transposing (B, h, T, d) to (B, T, h, d) before the reshape "
+                "to (B, T, C); a direct reshape mixes tokens across heads",
+                lambda *a: _mqa_variant(*a, merge="direct")),
         Mistake("each head has width d = C // num_heads: scale by sqrt(d), not sqrt(C)",
-                lambda *a: _multi_variant(*a, scale=math.sqrt(a[0].shape[-1]))),
+                lambda *a: _mqa_variant(*a, scale=math.sqrt(a[0].shape[-1]))),
     ),
-    forbidden=NO_MHA,
+    forbidden=NO_MHA, explain=_mqa_explain,
 )
 
-EXERCISES = (WEIGHTS, SINGLE, MULTI)
+EXERCISES = (SINGLE, BATCHED, MULTI_QUERY)

@@ -1,5 +1,6 @@
-"""Exercises of lesson 13, induction heads: the previous-token score, the induction score,
-and the output of a layer with one head removed."""
+"""Exercises of lesson 13, induction heads: which first-layer head a second-layer head reads
+through its keys (K-composition, from the weights alone), a prefix-matching score that finds
+the repeats from the tokens themselves, and mean-ablation of a head."""
 
 from __future__ import annotations
 
@@ -16,174 +17,242 @@ def _causal_weights(g, b, h, t, dtype=torch.float32):
     return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1).to(dtype)
 
 
-# ---------------------------------------------------------------- 1. previous-token score
+# ---------------------------------------------------------------- 1. K-composition from the weights
 
-def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
-    """weights (B, h, T, T), rows = queries -> (h,): for each head, the mean over the batch and
-    over the queries i = 1..T-1 of weights[b, head, i, i - 1]."""
-    previous = weights.diagonal(offset=-1, dim1=-2, dim2=-1)    # (B, h, T - 1): entries (i, i - 1)
-    return previous.mean(dim=(0, 2))
-
-
-def _prev_public(g):
-    return [Case((_causal_weights(g, 1, 2, 4),), note="one sequence, two heads"),
-            Case((_causal_weights(g, 3, 4, 6, torch.float64),), note="three sequences, four heads"),
-            Case((_causal_weights(g, 2, 1, 2),), note="T = 2: a single query has a previous token")]
-
-
-def _prev_hidden(g):
-    return [Case((_causal_weights(g, _int(g, 1, 4), _int(g, 2, 4), _int(g, 3, 9), dt),))
-            for dt in (torch.float32, torch.float64, torch.float32)]
+def k_composition(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:
+    """w_q, w_k (h2, C, d): the second layer's query and key weights per head; w_v (h1, C, d),
+    w_o (h1, d, C): the first layer's value and output weights per head, all applied as x @ W.
+    Returns (h1, h2): ||W_QK^b (W_OV^a)^T||_F / (||W_QK^b||_F ||W_OV^a||_F) with
+    W_QK^b = W_Q^b W_K^b^T and W_OV^a = W_V^a W_O^a, both (C, C)."""
+    qk = w_q @ w_k.transpose(-2, -1)                         # (h2, C, C): score = x_q W_QK x_k^T
+    ov = w_v @ w_o                                           # (h1, C, C): head a writes x_src W_OV
+    through = qk[None] @ ov[:, None].transpose(-2, -1)       # (h1, h2, C, C): x_q W_QK W_OV^T x_src^T
+    norms = torch.linalg.matrix_norm(qk)[None, :] * torch.linalg.matrix_norm(ov)[:, None]   # (h1, h2)
+    return torch.linalg.matrix_norm(through) / norms
 
 
-PREVIOUS = Exercise(
-    id="induction.previous_token_score", title="A previous-token score",
-    lesson="13-induction-heads", function="previous_token_score", params=("weights",), points=3,
-    reference=previous_token_score, public=_prev_public, hidden=_prev_hidden, public_seed=1301,
-    mistakes=(
-        Mistake("the previous token of query i is key i - 1, one step LEFT of the diagonal; the "
-                "diagonal itself (i -> i) is the token attending to itself",
-                lambda w: w.diagonal(dim1=-2, dim2=-1).mean(dim=(0, 2))),
-        Mistake("rows are queries and columns are keys: query i's weight on key i - 1 is "
-                "weights[..., i, i - 1], below the diagonal, not weights[..., i - 1, i] above it",
-                lambda w: w.diagonal(offset=1, dim1=-2, dim2=-1).mean(dim=(0, 2))),
-        Mistake("query 0 has no previous token: average over the T - 1 queries 1..T-1, not over "
-                "all T queries",
-                lambda w: w.diagonal(offset=-1, dim1=-2, dim2=-1).sum(dim=2).mean(dim=0) / w.shape[-1]),
-    ),
-    forbidden=NO_MHA,
-)
+def _kc_case(g, h1, h2, c, d, dtype=torch.float32):
+    def w(n, a, b):
+        return _randn(g, n, a, b, dtype=dtype, scale=c ** -0.5)
+    return Case((w(h2, c, d), w(h2, c, d), w(h1, c, d), w(h1, d, c)))
 
 
-# ---------------------------------------------------------------- 2. induction score
-
-def induction_score(weights: torch.Tensor, half: int) -> torch.Tensor:
-    """weights (B, h, 2 * half, 2 * half) on sequences whose second half repeats the first
-    -> (h,): the mean over the batch and over the queries i = half..2*half-1 of
-    weights[b, head, i, i - half + 1], the token right after the earlier occurrence of token i."""
-    T = weights.shape[-1]
-    i = torch.arange(half, T)                                   # the queries of the second copy
-    return weights[:, :, i, i - half + 1].mean(dim=(0, 2))     # (B, h, half) -> (h,)
+def _kc_public(g):
+    return [_kc_case(g, 2, 3, 6, 2), _kc_case(g, 3, 2, 8, 3, torch.float64), _kc_case(g, 2, 2, 4, 2)]
 
 
-def _ind_case(g, b, h, half, dtype=torch.float32):
-    return Case((_causal_weights(g, b, h, 2 * half, dtype), half))
-
-
-def _ind_public(g):
-    return [_ind_case(g, 1, 2, 3), _ind_case(g, 2, 3, 4, torch.float64), _ind_case(g, 3, 2, 2)]
-
-
-def _ind_hidden(g):
-    return [_ind_case(g, _int(g, 1, 4), _int(g, 2, 4), _int(g, 2, 6), dt)
-            for dt in (torch.float32, torch.float64, torch.float32)]
-
-
-def _ind_shifted(w, half):
-    i = torch.arange(half, w.shape[-1])
-    return w[:, :, i, i - half].mean(dim=(0, 2))
-
-
-def _ind_diagonal(w, half):
-    return w.diagonal(offset=-(half - 1), dim1=-2, dim2=-1).mean(dim=(0, 2))
-
-
-def _ind_transposed(w, half):
-    i = torch.arange(half, w.shape[-1])
-    return w[:, :, i - half + 1, i].mean(dim=(0, 2))
-
-
-INDUCTION = Exercise(
-    id="induction.induction_score", title="An induction score", lesson="13-induction-heads",
-    function="induction_score", params=("weights", "half"), points=4,
-    reference=induction_score, public=_ind_public, hidden=_ind_hidden, public_seed=1302,
-    mistakes=(
-        Mistake("an induction head looks at the token AFTER the earlier occurrence, key "
-                "i - half + 1; key i - half is the earlier occurrence itself (the same token)",
-                _ind_shifted),
-        Mistake("only the queries of the second copy, i = half..2*half-1, count; the diagonal at "
-                "offset -(half - 1) also holds query half - 1 (on key 0), which is in the first half",
-                _ind_diagonal),
-        Mistake("rows are queries and columns are keys: query i's weight on key i - half + 1 is "
-                "weights[..., i, i - half + 1], not weights[..., i - half + 1, i]",
-                _ind_transposed),
-    ),
-    forbidden=NO_MHA,
-)
-
-
-# ---------------------------------------------------------------- 3. remove one head
-
-def output_without_head(head_outputs: torch.Tensor, out_proj_weight: torch.Tensor,
-                        head: int) -> torch.Tensor:
-    """head_outputs (B, h, T, d_h), out_proj_weight (C, C) in nn.Linear's layout
-    (y = x @ W.T), C = h * d_h -> (B, T, C): the layer's output with head `head` zeroed
-    before the output projection."""
-    B, h, T, d = head_outputs.shape
-    kept = head_outputs.clone()
-    kept[:, head] = 0                                            # silence the head
-    merged = kept.transpose(1, 2).reshape(B, T, h * d)          # (B, h, T, d) -> (B, T, h * d)
-    return merged @ out_proj_weight.T
-
-
-def _merge(o):
-    B, h, T, d = o.shape
-    return o.transpose(1, 2).reshape(B, T, h * d)
-
-
-def _rows_zeroed(o, w, head):
-    d = o.shape[-1]
-    w = w.clone()
-    w[head * d:(head + 1) * d] = 0                               # rows are OUTPUT features
-    return _merge(o) @ w.T
-
-
-def _interleaved(o, w, head):
-    x = _merge(o).clone()
-    x[..., head::o.shape[1]] = 0                                 # every h-th feature: not a head
-    return x @ w.T
-
-
-def _untransposed(o, w, head):
-    kept = o.clone()
-    kept[:, head] = 0
-    return _merge(kept) @ w
-
-
-def _remove_case(g, b, h, t, d, head, dtype=torch.float32):
-    c = h * d
-    return Case((_randn(g, b, h, t, d, dtype=dtype), _randn(g, c, c, dtype=dtype, scale=c ** -0.5), head))
-
-
-def _remove_public(g):
-    return [_remove_case(g, 1, 2, 3, 2, 0), _remove_case(g, 2, 3, 4, 2, 2, torch.float64),
-            _remove_case(g, 1, 4, 2, 3, 1)]
-
-
-def _remove_hidden(g):
+def _kc_hidden(g):
+    # h1 != h2 in two cases (a transposed table has the wrong shape), d >= 2 and C >= 4 (the
+    # Q-composition matrix, W_OV W_QK, and the others then differ from the K-composition one)
     cases = []
-    for dt in (torch.float32, torch.float64, torch.float32):
-        h = _int(g, 2, 4)
-        cases.append(_remove_case(g, _int(g, 1, 3), h, _int(g, 2, 6), _int(g, 2, 4), _int(g, 0, h - 1), dt))
+    for dt in (torch.float32, torch.float64):
+        h1 = _int(g, 2, 3)
+        cases.append(_kc_case(g, h1, 5 - h1, _int(g, 4, 9), _int(g, 2, 3), dt))
+    h = _int(g, 2, 3)
+    cases.append(_kc_case(g, h, h, _int(g, 4, 9), _int(g, 2, 3)))
     return cases
 
 
-REMOVE = Exercise(
-    id="induction.output_without_head", title="A layer without one head", lesson="13-induction-heads",
-    function="output_without_head", params=("head_outputs", "out_proj_weight", "head"), points=3,
-    reference=output_without_head, public=_remove_public, hidden=_remove_hidden, public_seed=1303,
+def _kc_wrong(kind):
+    def wrong(w_q, w_k, w_v, w_o):
+        qk = w_q @ w_k.transpose(-2, -1)
+        ov = w_v @ w_o
+        if kind == "q-composition":                          # head a writes into the query side
+            m = ov[:, None] @ qk[None]
+        elif kind == "no-transpose":
+            m = qk[None] @ ov[:, None]
+        else:
+            m = qk[None] @ ov[:, None].transpose(-2, -1)
+        score = torch.linalg.matrix_norm(m)
+        if kind == "unnormalised":
+            return score
+        score = score / (torch.linalg.matrix_norm(qk)[None, :] * torch.linalg.matrix_norm(ov)[:, None])
+        return score.T if kind == "transposed" else score
+    return wrong
+
+
+def _kc_explain(case, outcome):
+    w_q, _, w_v, _ = case.args
+    h2, h1 = w_q.shape[0], w_v.shape[0]
+    if outcome.status == "value" and outcome.value.kind == "tensor" and h1 != h2:
+        if tuple(outcome.value.data.shape) == (h2, h1):
+            return "one row per first-layer head a and one column per second-layer head b: (h1, h2)"
+    return None
+
+
+K_COMPOSITION = Exercise(
+    id="induction.k_composition", title="Which heads compose? K-composition from the weights",
+    lesson="13-induction-heads", function="k_composition", params=("w_q", "w_k", "w_v", "w_o"), points=4,
+    reference=k_composition, public=_kc_public, hidden=_kc_hidden, public_seed=1304, explain=_kc_explain,
     mistakes=(
-        Mistake("the head is still there: zero its d_h features before the output projection",
-                lambda o, w, head: _merge(o) @ w.T),
-        Mistake("nn.Linear computes x @ W.T, so the input features, and with them head j, are the "
-                "COLUMNS W[:, j * d_h:(j + 1) * d_h]; zeroing rows removes output features instead",
-                _rows_zeroed),
-        Mistake("after merging, head j owns the contiguous features j * d_h..(j + 1) * d_h - 1, "
-                "not every h-th feature", _interleaved),
-        Mistake("nn.Linear's weight is (out, in) and the layer computes x @ W.T: transpose the weight",
-                _untransposed),
+        Mistake("that is Q-composition, where head a writes into the QUERY's stream (x_src W_OV W_QK "
+                "x_k^T); in K-composition it writes into the key's: x_q W_QK (x_src W_OV)^T, so "
+                "M = W_QK W_OV^T", _kc_wrong("q-composition")),
+        Mistake("the key is x_k = x_src W_OV, a row vector, so x_k^T = W_OV^T x_src^T: "
+                "M = W_QK W_OV^T, with the transpose", _kc_wrong("no-transpose")),
+        Mistake("divide by ||W_QK||_F ||W_OV||_F: without it the score grows with the size of the "
+                "weights, not with how much the two heads line up", _kc_wrong("unnormalised")),
+        Mistake("one row per first-layer head a and one column per second-layer head b: (h1, h2), not "
+                "its transpose", _kc_wrong("transposed")),
     ),
     forbidden=NO_MHA,
 )
 
-EXERCISES = (PREVIOUS, INDUCTION, REMOVE)
+
+# ---------------------------------------------------------------- 2. prefix matching from the tokens
+
+def _targets(tokens: torch.Tensor) -> torch.Tensor:
+    """(B, T, T) bool: key j is a target of query i when 1 <= j <= i and tokens[j - 1] == tokens[i]."""
+    B, T = tokens.shape
+    same = tokens[:, :, None] == tokens[:, None, :]            # (B, T, T): token i == token j'
+    target = torch.zeros(B, T, T, dtype=torch.bool)
+    target[:, :, 1:] = same[:, :, :-1]                         # key j = j' + 1
+    return target & torch.ones(T, T, dtype=torch.bool).tril()
+
+
+def prefix_matching_score(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """weights (B, h, T, T), tokens (B, T) -> (h,): per head, the mean over the (sequence,
+    query) pairs that have a target of the query's total weight on its targets, the keys right
+    after an earlier occurrence of its token."""
+    target = _targets(tokens)                                   # (B, T, T)
+    counted = target.any(dim=-1)                                # (B, T): queries with a target
+    on_targets = (weights * target[:, None]).sum(dim=-1)        # (B, h, T)
+    return (on_targets * counted[:, None]).sum(dim=(0, 2)) / counted.sum()
+
+
+def _tokens(g, b, t, vocab):
+    """(b, t) random tokens from a small vocabulary, so that repeats abound; token 0 of each
+    row comes back at the end, so that every row has a query with a target."""
+    tokens = torch.randint(0, vocab, (b, t), generator=g)
+    tokens[:, -1] = tokens[:, 0]
+    return tokens
+
+
+def _repeated(g, b, half, vocab):
+    first = torch.randint(0, vocab, (b, half), generator=g)
+    return torch.cat([first, first], dim=1)
+
+
+def _pm_public(g):
+    return [Case((_causal_weights(g, 1, 2, 6), torch.tensor([[3, 1, 4, 1, 5, 3]])),
+                 note="tokens 3 1 4 1 5 3: queries 3 and 5 have targets"),
+            Case((_causal_weights(g, 2, 3, 8, torch.float64), _repeated(g, 2, 4, 50)),
+                 note="sequences whose second half repeats the first"),
+            Case((_causal_weights(g, 3, 2, 9), _tokens(g, 3, 9, 3)), note="three token values: many targets")]
+
+
+def _pm_hidden(g):
+    # random tokens from 2 to 4 values: queries with several earlier occurrences, and queries
+    # with none, in every case
+    cases = []
+    for dt in (torch.float32, torch.float64, torch.float32):
+        b, t = _int(g, 1, 3), _int(g, 7, 12)
+        cases.append(Case((_causal_weights(g, b, _int(g, 2, 4), t, dt), _tokens(g, b, t, _int(g, 2, 4)))))
+    return cases
+
+
+def _pm_wrong(kind):
+    def wrong(weights, tokens):
+        B, T = tokens.shape
+        same = tokens[:, :, None] == tokens[:, None, :]
+        lower = torch.ones(T, T, dtype=torch.bool).tril(-1)
+        if kind == "occurrence":                                # the earlier occurrence itself
+            target = same & lower
+        else:
+            target = _targets(tokens)
+        if kind == "latest":                                    # only the most recent occurrence's successor
+            idx = torch.arange(T).expand(B, T, T)
+            last = torch.where(target, idx, -1).amax(dim=-1, keepdim=True)
+            target = target & (idx == last)
+        counted = target.any(dim=-1)
+        on = (weights * target[:, None]).sum(dim=-1)
+        if kind == "mean-over-targets":
+            on = on / target.sum(dim=-1).clamp(min=1)[:, None]
+        if kind == "all-queries":
+            return on.mean(dim=(0, 2))
+        return (on * counted[:, None]).sum(dim=(0, 2)) / counted.sum()
+    return wrong
+
+
+PREFIX = Exercise(
+    id="induction.prefix_matching_score", title="A prefix-matching score from the tokens",
+    lesson="13-induction-heads", function="prefix_matching_score", params=("weights", "tokens"), points=4,
+    reference=prefix_matching_score, public=_pm_public, hidden=_pm_hidden, public_seed=1305,
+    mistakes=(
+        Mistake("an induction head attends to the token AFTER an earlier occurrence (key j with "
+                "tokens[j - 1] == tokens[i]), not to the earlier occurrence itself (that is a "
+                "duplicate-token head)", _pm_wrong("occurrence")),
+        Mistake("average over the queries that have a target only: a query whose token never occurred "
+                "before has nothing to match", _pm_wrong("all-queries")),
+        Mistake("a query with several earlier occurrences has several targets: add up its weight on "
+                "all of them, do not average", _pm_wrong("mean-over-targets")),
+        Mistake("every earlier occurrence counts, not only the most recent one: sum the weight on the "
+                "tokens after each of them", _pm_wrong("latest")),
+    ),
+    forbidden=NO_MHA,
+)
+
+
+# ---------------------------------------------------------------- 3. mean-ablation
+
+def mean_ablate_head(head_outputs: torch.Tensor, out_proj_weight: torch.Tensor, head: int) -> torch.Tensor:
+    """head_outputs (B, h, T, d_h), out_proj_weight (C, C) in nn.Linear's layout (y = x @ W.T),
+    C = h * d_h -> (B, T, C): the layer's output with head ``head``'s output replaced by its
+    mean over the batch and the positions."""
+    B, h, T, d = head_outputs.shape
+    mean = head_outputs[:, head].mean(dim=(0, 1))               # (d_h,): the head's average output
+    ablated = head_outputs.clone()
+    ablated[:, head] = mean
+    return ablated.transpose(1, 2).reshape(B, T, h * d) @ out_proj_weight.T
+
+
+def _ablate(o, w, head, replace):
+    B, h, T, d = o.shape
+    x = o.clone()
+    x[:, head] = replace(o)
+    return x.transpose(1, 2).reshape(B, T, h * d) @ w.T
+
+
+def _ma_case(g, b, h, t, d, head, dtype=torch.float32):
+    c = h * d
+    o = _randn(g, b, h, t, d, dtype=torch.float64) + 2.0 * _randn(g, 1, h, 1, d, dtype=torch.float64)  # a mean far from 0
+    return Case((o.to(dtype), _randn(g, c, c, dtype=dtype, scale=c ** -0.5), head))
+
+
+def _ma_public(g):
+    return [_ma_case(g, 2, 2, 3, 2, 0), _ma_case(g, 3, 3, 4, 2, 2, torch.float64), _ma_case(g, 2, 4, 2, 3, 1)]
+
+
+def _ma_hidden(g):
+    # B >= 2, T >= 2, d >= 2: the mean over the batch and positions differs from a mean over
+    # positions per sequence, over features, or over the heads
+    cases = []
+    for dt in (torch.float32, torch.float64, torch.float32):
+        h = _int(g, 2, 4)
+        cases.append(_ma_case(g, _int(g, 2, 3), h, _int(g, 2, 6), _int(g, 2, 4), _int(g, 0, h - 1), dt))
+    return cases
+
+
+MEAN_ABLATE = Exercise(
+    id="induction.mean_ablate_head", title="Mean-ablation of a head", lesson="13-induction-heads",
+    function="mean_ablate_head", params=("head_outputs", "out_proj_weight", "head"), points=3,
+    reference=mean_ablate_head, public=_ma_public, hidden=_ma_hidden, public_seed=1306,
+    mistakes=(
+        Mistake("that is zero-ablation, as in this lesson: mean-ablation replaces the head's output by "
+                "its average output, which keeps the next layer's input on its usual scale",
+                lambda o, w, head: _ablate(o, w, head, lambda o: 0.0)),
+        Mistake("average the head's output over the batch AND the positions: one (d_h,) vector for the "
+                "whole data, not one per sequence",
+                lambda o, w, head: _ablate(o, w, head, lambda o: o[:, head].mean(dim=1, keepdim=True))),
+        Mistake("average over the batch and the positions, keeping the d_h features apart: the mean over "
+                "a token's features is one number, not the head's average output",
+                lambda o, w, head: _ablate(o, w, head, lambda o: o[:, head].mean(dim=-1, keepdim=True))),
+        Mistake("replace the head by ITS OWN mean output, not by the mean of all the heads",
+                lambda o, w, head: _ablate(o, w, head, lambda o: o.mean(dim=(0, 1, 2)))),
+        Mistake("nn.Linear computes x @ W.T: transpose the weight",
+                lambda o, w, head: _ablate(o, w.T, head, lambda o: o[:, head].mean(dim=(0, 1)))),
+    ),
+    forbidden=NO_MHA,
+)
+
+EXERCISES = (K_COMPOSITION, PREFIX, MEAN_ABLATE)

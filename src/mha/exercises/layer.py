@@ -1,5 +1,6 @@
-"""Exercises of lesson 06, the layer step by step: W_O over a list of heads, the fused QKV
-split, attention dropout with a given keep-mask, and the weights of many heads in one matrix."""
+"""Exercises of lesson 06, the layer step by step: W_O over a list of heads, the split of a
+fused grouped-query projection, attention dropout with a given keep-mask, and the weights of
+many heads in one matrix."""
 
 from __future__ import annotations
 
@@ -71,63 +72,88 @@ CONCAT = Exercise(
 )
 
 
-# ---------------------------------------------------------------- 2. fused QKV split
+# ---------------------------------------------------------------- 2. fused QKV split, grouped-query
 
-def split_qkv(qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """qkv (B, T, 3C), the output of one fused projection whose weight is cat[W_q; W_k; W_v]
-    -> (3, B, h, T, d) with d = C // h: q, k and v, each split into heads."""
-    B, T, three_c = qkv.shape
-    d = three_c // (3 * num_heads)
-    return qkv.view(B, T, 3, num_heads, d).permute(2, 0, 3, 1, 4)  # (3, B, h, T, d)
+def split_qkv_gqa(qkv: torch.Tensor, num_heads: int, num_kv_heads: int) -> tuple:
+    """qkv (B, T, (h + 2 g) d): the output of one fused projection whose weight is
+    cat[W_q; W_k; W_v], with h query heads and g key/value heads of width d
+    -> (q (B, h, T, d), k (B, g, T, d), v (B, g, T, d))."""
+    B, T, width = qkv.shape
+    d = width // (num_heads + 2 * num_kv_heads)
+    q, k, v = qkv.split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
 
-
-def _qkv_case(g, b, t, h, d, dtype=torch.float32):
-    return Case((_randn(g, b, t, 3 * h * d, dtype=dtype), h))
-
-
-def _qkv_public(g):
-    return [_qkv_case(g, 1, 3, 2, 2), _qkv_case(g, 2, 4, 2, 3, torch.float64), _qkv_case(g, 2, 3, 4, 2)]
+    def heads(t, n):                                       # (B, T, n d) -> (B, n, T, d)
+        return t.reshape(B, T, n, d).transpose(1, 2)
+    return heads(q, num_heads), heads(k, num_kv_heads), heads(v, num_kv_heads)
 
 
-def _qkv_hidden(g):
-    # h >= 2 and B * T >= 2 in every case, and C = h * d > 3, so split(3) cannot pass by chance
-    return [_qkv_case(g, _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 4), _int(g, 2, 4), dt)
-            for dt in (torch.float32, torch.float64, torch.float32)]
+def _gqa_qkv_case(g, b, t, h, groups, d, dtype=torch.float32):
+    return Case((_randn(g, b, t, (h + 2 * groups) * d, dtype=dtype), h, groups))
 
 
-def _qkv_heads_first(qkv, h):
-    B, T, three_c = qkv.shape
-    return qkv.view(B, T, h, 3, three_c // (3 * h)).permute(3, 0, 2, 1, 4)
+def _gqa_qkv_public(g):
+    return [_gqa_qkv_case(g, 1, 3, 4, 2, 2), _gqa_qkv_case(g, 2, 4, 2, 1, 3, torch.float64),
+            _gqa_qkv_case(g, 2, 2, 3, 3, 2)]
 
 
-def _qkv_no_permute(qkv, h):
-    B, T, three_c = qkv.shape
-    return qkv.reshape(3, B, h, T, three_c // (3 * h))
+def _gqa_qkv_hidden(g):
+    # g >= 2 key/value heads shared by 2..3 query heads each, d >= 2, and T different from
+    # every head count, so that each listed mistake moves some number
+    cases = []
+    for dt in (torch.float32, torch.float64, torch.float32):
+        groups, per = _int(g, 2, 3), _int(g, 2, 3)
+        t = _int(g, 2, 9)
+        while t in (groups, groups * per):
+            t += 1
+        cases.append(_gqa_qkv_case(g, _int(g, 1, 3), t, groups * per, groups, _int(g, 2, 4), dt))
+    return cases
 
 
-def _qkv_explain(case, outcome):
-    if outcome.status == "raised" and "too many values to unpack" in outcome.error_message:
-        return ("qkv.split(3, dim=-1) makes chunks of size 3, not three chunks: split the last "
-                "dimension into sizes C (split(C, dim=-1)), or view it as (3, h, d)")
-    if outcome.status == "value" and outcome.value.kind == "tensor":
-        qkv, h = case.args
-        B, T, three_c = qkv.shape
-        if tuple(outcome.value.data.shape) == (3, B, T, h, three_c // (3 * h)) and T != h:
-            return "the heads axis comes before time: (3, B, h, T, d), so permute(2, 0, 3, 1, 4)"
+def _gqa_qkv_wrong(kind: str):
+    def wrong(qkv, h, groups):
+        B, T, width = qkv.shape
+        d = width // (h + 2 * groups)
+        if kind == "grouped":           # [q of group 0, k_0, v_0, q of group 1, ...]
+            per = h // groups
+            x = qkv.reshape(B, T, groups, per + 2, d)
+            q = x[:, :, :, :per].reshape(B, T, h, d).transpose(1, 2)
+            return q, x[:, :, :, per].transpose(1, 2), x[:, :, :, per + 1].transpose(1, 2)
+        q, k, v = qkv.split([h * d, groups * d, groups * d], dim=-1)
+        if kind == "direct":            # a reshape straight to (B, n, T, d)
+            return q.reshape(B, h, T, d), k.reshape(B, groups, T, d), v.reshape(B, groups, T, d)
+        heads = [t.reshape(B, T, n, d).transpose(1, 2) for t, n in ((q, h), (k, groups), (v, groups))]
+        if kind == "swapped":
+            return heads[0], heads[2], heads[1]
+        return heads[0], heads[1].repeat_interleave(h // groups, 1), heads[2].repeat_interleave(h // groups, 1)
+    return wrong
+
+
+def _gqa_qkv_explain(case, outcome):
+    qkv, h, groups = case.args
+    if outcome.status == "value" and outcome.value.kind in ("tuple", "list") and outcome.value.length == 3:
+        k = outcome.value.data[1]
+        if k.kind == "tensor" and k.data.ndim == 4 and k.data.shape[1] == h and h != groups:
+            return ("return the g key and value heads as they are, (B, g, T, d); sharing them among the "
+                    "query heads is attention's job, not the split's")
     return None
 
 
-SPLIT_QKV = Exercise(
-    id="layer.split_qkv", title="Split a fused QKV projection into heads", lesson=LESSON,
-    function="split_qkv", params=("qkv", "num_heads"), points=4,
-    reference=split_qkv, public=_qkv_public, hidden=_qkv_hidden, public_seed=602,
+SPLIT_QKV_GQA = Exercise(
+    id="layer.split_qkv_gqa", title="Split a fused grouped-query projection", lesson=LESSON,
+    function="split_qkv_gqa", params=("qkv", "num_heads", "num_kv_heads"), points=4, answer="tensors",
+    reference=split_qkv_gqa, public=_gqa_qkv_public, hidden=_gqa_qkv_hidden, public_seed=605,
     mistakes=(
-        Mistake("the fused weight is cat[W_q; W_k; W_v], so the last axis holds all of q, then all "
-                "of k, then all of v: view it as (3, h, d), not (h, 3, d)", _qkv_heads_first),
-        Mistake("a reshape alone keeps the memory order (B, T, 3, h, d): view as (B, T, 3, h, d), "
-                "then permute(2, 0, 3, 1, 4) to (3, B, h, T, d)", _qkv_no_permute),
+        Mistake("the fused weight is cat[W_q; W_k; W_v]: all the query heads' features come first, then "
+                "all the key heads', then all the value heads'; they are not grouped per key/value head",
+                _gqa_qkv_wrong("grouped")),
+        Mistake("view each part as (B, T, n, d) and then transpose to (B, n, T, d); a direct reshape to "
+                "(B, n, T, d) mixes tokens across heads", _gqa_qkv_wrong("direct")),
+        Mistake("W_k comes before W_v in the fused weight: the key heads are the middle part",
+                _gqa_qkv_wrong("swapped")),
+        Mistake("return the g key and value heads as they are, (B, g, T, d); sharing them among the "
+                "query heads is attention's job, not the split's", _gqa_qkv_wrong("expanded")),
     ),
-    forbidden=("mha",), explain=_qkv_explain,
+    forbidden=("mha",), explain=_gqa_qkv_explain,
 )
 
 
@@ -240,4 +266,4 @@ FUSE = Exercise(
     forbidden=("mha",),
 )
 
-EXERCISES = (CONCAT, SPLIT_QKV, DROPOUT, FUSE)
+EXERCISES = (CONCAT, SPLIT_QKV_GQA, DROPOUT, FUSE)

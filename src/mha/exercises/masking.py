@@ -21,9 +21,11 @@ def _causal_public(g):
 
 
 def _causal_hidden(g):
+    # at least two keys more than queries, and three keys for a single query: there the
+    # listed mistakes (top-left, no diagonal, the sign of the offset) all give different masks
     t = _int(g, 2, 9)
     q = _int(g, 2, 5)
-    return [Case((t, t)), Case((q, q + _int(g, 1, 6))), Case((1, _int(g, 2, 9)))]
+    return [Case((t, t)), Case((q, q + _int(g, 2, 6))), Case((1, _int(g, 3, 9)))]
 
 
 CAUSAL = Exercise(
@@ -39,6 +41,9 @@ CAUSAL = Exercise(
                 lambda q, k: torch.ones(q, k, dtype=torch.bool).tril()),
         Mistake("a query may attend to its own position: keep the diagonal",
                 lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(diagonal=k - q - 1)),
+        Mistake("mind the sign of the offset: the queries are the LAST q_len positions, so query i "
+                "sits at position i + (k_len - q_len) and sees the keys up to there, not up to "
+                "i + (q_len - k_len)", lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(diagonal=q - k)),
     ),
     forbidden=("mha", "torch.nn.attention.bias", "causal_lower_right", "causal_upper_left"),
     dtypes=(),
@@ -146,10 +151,12 @@ def _dm_public(g):
 
 
 def _dm_hidden(g):
-    # The first case always holds a full sequence and a padded one, so every mistake shows.
+    # The first case always holds a full sequence and one padded by two or more, so every
+    # mistake shows (padding of one position hides only the last key, which j <= lengths[b]
+    # then hides too).
     t, b = _int(g, 3, 8), _int(g, 2, 4)
     lengths = torch.randint(1, t + 1, (b,), generator=g)
-    lengths[0], lengths[-1] = t, _int(g, 1, t - 1)
+    lengths[0], lengths[-1] = t, _int(g, 1, t - 2)
     cases = [Case((lengths, t))]
     for _ in range(2):
         t, b = _int(g, 2, 8), _int(g, 1, 4)
@@ -176,6 +183,10 @@ DECODER = Exercise(
                 lambda l, t: torch.ones(t, t, dtype=torch.bool).tril().expand(len(l), 1, t, t)),
         Mistake("combine the padding mask with the causal mask (key j must not come after query i)",
                 lambda l, t: (torch.arange(t)[None, :] < l[:, None])[:, None, None, :].expand(len(l), 1, t, t)),
+        Mistake("the real tokens of sequence b are the positions 0 .. lengths[b] - 1: key j is padding "
+                "when j >= lengths[b], so j < lengths[b], not j <= lengths[b]",
+                lambda l, t: (torch.ones(t, t, dtype=torch.bool).tril()[None]
+                              & (torch.arange(t)[None, :] <= l[:, None])[:, None, :])[:, None]),
         Mistake("padding hides keys, the columns: index it by key position j, not query position i",
                 lambda l, t: (torch.ones(t, t, dtype=torch.bool).tril()[None]
                               & (torch.arange(t)[None, :] < l[:, None])[:, :, None])[:, None]),

@@ -1,82 +1,109 @@
-"""Exercise of lesson 01, one head from scratch: how spread out a head's attention is."""
+"""Exercise of lesson 01, one head from scratch: the softmax itself, written so that it
+survives scores of any size."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 
 from ._core import Case, Exercise, Mistake
 from .heads import _int, _randn
 
-
-# ---------------------------------------------------------------- entropy of attention rows
-
-def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats of every row of attention weights: (..., Tk) -> (...).
-
-    H = -sum_j w_j log w_j over the last dimension, with 0 log 0 = 0 (a weight of exactly 0
-    contributes nothing). Same dtype as ``weights``.
-    """
-    return torch.special.entr(weights).sum(dim=-1)
+NO_SOFTMAX = ("mha", "torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax",
+              "torch.special.softmax", "torch.log_softmax", "torch.nn.functional.log_softmax",
+              "torch.Tensor.log_softmax", "torch.special.log_softmax", "torch.logsumexp",
+              "torch.Tensor.logsumexp", "torch.special.logsumexp", "torch.distributions")
 
 
-def _rows(g: torch.Generator, *shape: int, dtype=torch.float32, zeros: bool = True) -> torch.Tensor:
-    """Random attention weights (*shape) whose rows sum to 1. With zeros=True, about a third
-    of the weights are exactly 0 (a masked key) and the first row is one-hot."""
-    scores = _randn(g, *shape, dtype=torch.float64, scale=2.0)
-    if zeros:
-        blocked = torch.rand(*shape, generator=g, dtype=torch.float64) < 0.35
-        blocked[..., 0] = False                         # every row keeps at least one key
-        scores = scores.masked_fill(blocked, float("-inf"))
-        first = scores.reshape(-1, shape[-1])[0]        # a view: the first row of scores
-        first.fill_(float("-inf"))
-        first[_int(g, 0, shape[-1] - 1)] = 0.0          # one-hot row: entropy exactly 0
-    return torch.softmax(scores, dim=-1).to(dtype)
+# ---------------------------------------------------------------- a softmax that never overflows
+
+def stable_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """softmax over the last dimension, (..., Tk) -> (..., Tk), for scores of any size:
+    -inf (a masked key) gets weight 0; every row holds at least one finite score."""
+    shifted = scores - scores.amax(dim=-1, keepdim=True)    # each row's largest score becomes 0
+    e = torch.exp(shifted)                                  # in [0, 1]: nothing overflows
+    return e / e.sum(dim=-1, keepdim=True)
 
 
-def _entropy_public(g):
+def _rows(g: torch.Generator, *shape: int, spread: float, offset: float, masked: float = 0.0,
+          dtype=torch.float32) -> torch.Tensor:
+    """Scores (*shape): every row has its own level, drawn in [-offset, offset], plus noise of
+    size ``spread``; a fraction ``masked`` of the entries is -inf (never a whole row)."""
+    rows = shape[:-1]
+    level = (2 * torch.rand(*rows, 1, generator=g, dtype=torch.float64) - 1) * offset
+    if level.numel() > 1:   # at least two rows far apart: one max for the whole tensor fails
+        flat = level.view(-1)
+        flat[0], flat[-1] = offset, -offset
+    scores = level + _randn(g, *shape, dtype=torch.float64, scale=spread)
+    if masked:
+        hide = torch.rand(*shape, generator=g) < masked
+        hide[..., _int(g, 0, shape[-1] - 1)] = False
+        scores = scores.masked_fill(hide, float("-inf"))
+    return scores.to(dtype)
+
+
+def _ss_public(g):
     return [
-        Case((torch.tensor([[0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]]),),
-             note="a 50/50 blend, a one-hot row and a uniform row: log 2, 0 and log 4"),
-        Case((_rows(g, 2, 3, 5),), note="a batch of (3, 5) weight matrices, some weights exactly 0"),
-        Case((_rows(g, 4, 6, dtype=torch.float64),), note="float64, some weights exactly 0"),
+        Case((torch.tensor([[1.0, 2.0, 3.0], [1000.0, 1001.0, 1002.0], [-1000.0, -1001.0, -999.0]]),),
+             note="three rows, the same differences; exp(1000) overflows float32"),
+        Case((_rows(g, 2, 3, 5, spread=2.0, offset=0.0, masked=0.3),), note="masked keys (-inf)"),
+        Case((_rows(g, 4, 6, spread=5.0, offset=3000.0, dtype=torch.float64),),
+             note="float64, rows in the thousands"),
     ]
 
 
-def _entropy_hidden(g):
+def _ss_hidden(g):
+    t = _int(g, 2, 6)
     return [
-        Case((_rows(g, _int(g, 2, 6), _int(g, 3, 9)),)),                          # square or not
-        Case((_rows(g, _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 8), dtype=torch.float64),)),
-        Case((_rows(g, _int(g, 3, 6), _int(g, 3, 6), zeros=False),)),             # no zeros at all
+        # float32, square, rows far apart: overflow, a shared max and a max without keepdim
+        Case((_rows(g, t, t, spread=3.0, offset=400.0 + 1600 * float(torch.rand(1, generator=g))),)),
+        # float64, rows farther apart than float64's exp range, masked keys
+        Case((_rows(g, _int(g, 2, 4), _int(g, 3, 7), spread=4.0, offset=2000.0, masked=0.3,
+                    dtype=torch.float64),)),
+        # small scores, no two sizes alike: the sum over the wrong axis or a mean shows
+        Case((_rows(g, _int(g, 3, 5), _int(g, 6, 9), spread=2.0, offset=1.0),)),
     ]
 
 
-def _entropy_explain(case, outcome):
+def _ss_explain(case, outcome):
+    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
+        return ("scores.amax(dim=-1) drops the last axis, so it no longer lines up with the rows: keep "
+                "it with keepdim=True, giving (..., 1)")
     if outcome.status == "value" and outcome.value.kind == "tensor":
         import numpy as np
 
         if np.isnan(outcome.value.data.astype(np.float64)).any():
-            return ("a weight of exactly 0 gives 0 * log 0 = 0 * -inf = NaN in floating point; "
-                    "its contribution is 0 (torch.special.entr or torch.xlogy handle it)")
+            return ("exp overflows to inf (float32 beyond 88.7) or underflows to 0 for a whole row, and "
+                    "inf/inf or 0/0 is NaN: subtract each row's own largest score before exp")
     return None
 
 
-ENTROPY = Exercise(
-    id="onehead.attention_entropy", title="How spread out is a head?", lesson="01-one-head",
-    function="attention_entropy", params=("weights",), points=3,
-    reference=attention_entropy, public=_entropy_public, hidden=_entropy_hidden, public_seed=111,
+def _global_max(s):
+    e = torch.exp(s - s.max())
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+STABLE_SOFTMAX = Exercise(
+    id="onehead.stable_softmax", title="A softmax that never overflows", lesson="01-one-head",
+    function="stable_softmax", params=("scores",), points=3,
+    reference=stable_softmax, public=_ss_public, hidden=_ss_hidden, public_seed=112,
     mistakes=(
-        Mistake("a weight of exactly 0 contributes 0 to the entropy (0 log 0 = 0), not NaN",
-                lambda w: -(w * w.log()).sum(-1)),
-        Mistake("the entropy is minus the sum of w log w: every term w log w is <= 0",
-                lambda w: torch.special.entr(w).sum(-1).neg()),
-        Mistake("measure the entropy in nats, with the natural logarithm (torch.log), not log2",
-                lambda w: torch.special.entr(w).sum(-1) / math.log(2)),
-        Mistake("each row is one query's weights over the keys: sum over the last dimension",
-                lambda w: torch.special.entr(w).sum(0)),
+        Mistake("exp overflows for large scores (float32 beyond 88.7), and inf / inf is NaN: subtract "
+                "each row's largest score first; the softmax does not change when a row is shifted",
+                lambda s: torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True)),
+        Mistake("subtract each row's own max (scores.amax(dim=-1, keepdim=True)), not one max for the "
+                "whole tensor: a row far below the overall max underflows to 0 / 0 = NaN", _global_max),
+        Mistake("normalise each row over the keys, the last dimension: a sum over dim 0 makes the "
+                "columns sum to 1 instead",
+                lambda s: torch.exp(s - s.amax(dim=-1, keepdim=True))
+                / torch.exp(s - s.amax(dim=-1, keepdim=True)).sum(dim=0, keepdim=True)),
+        Mistake("divide by the row's sum, not its mean: the weights of a row must add up to 1",
+                lambda s: torch.exp(s - s.amax(dim=-1, keepdim=True))
+                / torch.exp(s - s.amax(dim=-1, keepdim=True)).mean(dim=-1, keepdim=True)),
+        Mistake("keep the row axis when you take the max (keepdim=True): without it the maxima line up "
+                "with the columns, and each row is shifted by other rows' maxima",
+                lambda s: torch.exp(s - s.amax(dim=-1)) / torch.exp(s - s.amax(dim=-1)).sum(dim=-1, keepdim=True)),
     ),
-    forbidden=("mha", "torch.distributions"), explain=_entropy_explain,
+    forbidden=NO_SOFTMAX, explain=_ss_explain,
 )
 
-EXERCISES = (ENTROPY,)
+EXERCISES = (STABLE_SOFTMAX,)

@@ -1,4 +1,5 @@
-"""Exercises of lesson 04, parameter counts: MHA, GQA and the KV cache."""
+"""Exercises of lesson 04, parameter counts: MHA, GQA, and how many K/V heads a memory budget
+allows."""
 
 from __future__ import annotations
 
@@ -90,37 +91,80 @@ GQA_PARAMS = Exercise(
 )
 
 
-# ---------------------------------------------------------------- 9. KV-cache bytes
+# ---------------------------------------------------------------- 9. how many K/V heads fit
 
-def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, seq_len: int, batch: int,
-                   bytes_per_element: int) -> int:
-    """Keys and values (the 2) for every layer, KV head, position and sequence."""
-    return 2 * layers * kv_heads * head_dim * seq_len * batch * bytes_per_element
-
-
-def _kv_public(g):
-    return [Case((2, 4, 64, 100, 3, 4)), Case((32, 8, 128, 8192, 1, 2)), Case((80, 8, 128, 4096, 4, 2))]
-
-
-def _kv_hidden(g):
-    # bytes_per_element is 3 or 4 in the first case, so that forgetting it shows, and shows
-    # differently from forgetting the 2 (with 2 bytes both mistakes give the same count)
-    return [Case((_int(g, 1, 96), _int(g, 1, 64), 16 * _int(g, 1, 16), _int(g, 1, 32768),
-                  _int(g, 1, 64), _int(g, least, 4))) for least in (3, 1, 1)]
+def max_kv_heads(memory_bytes: int, layers: int, num_heads: int, head_dim: int, seq_len: int, batch: int,
+                 bytes_per_element: int) -> int:
+    """The largest number g of K/V heads, a divisor of num_heads, whose KV cache for
+    ``batch`` sequences of ``seq_len`` tokens fits in ``memory_bytes``; 0 if none does."""
+    per_kv_head = 2 * layers * head_dim * seq_len * batch * bytes_per_element   # keys and values
+    fits = [g for g in range(1, num_heads + 1) if num_heads % g == 0 and g * per_kv_head <= memory_bytes]
+    return max(fits, default=0)
 
 
-KV_BYTES = Exercise(
-    id="params.kv_cache_bytes", title="Size of the KV cache", lesson="04-parameter-counts",
-    function="kv_cache_bytes", params=("layers", "kv_heads", "head_dim", "seq_len", "batch",
-                                       "bytes_per_element"), points=2,
-    reference=kv_cache_bytes, public=_kv_public, hidden=_kv_hidden, answer="int", public_seed=303,
+def _kv_unit(L, d, T, B, e):
+    return 2 * L * d * T * B * e
+
+
+def _mkv_public(g):
+    llama = (80, 64, 128, 4096, 8, 2)                       # Llama-2-70B's shape, 8 sequences, 16-bit
+    return [Case((40 * 2 ** 30, *llama), note="40 GiB for 8 sequences of 4096 tokens"),
+            Case((3 * 327_680 + 1000, 5, 32, 64, 512, 1, 1), note="5 layers, one byte per number"),
+            Case((15 * 2 ** 19, 1, 24, 64, 1024, 2, 4), note="1 layer, float32, 24 query heads"),
+            Case((1000, 1, 8, 64, 4, 1, 2), note="not even one K/V head fits")]
+
+
+def _mkv_hidden(g):
+    # Cases 1 and 2: 2**m heads and room for k K/V heads, strictly between two divisors
+    # d0 < k < 2 d0: the answer is d0 and the divisibility mistake gives k. In case 1 (5 to 9
+    # layers, 1 byte) forgetting the 2 gives 2 d0 and forgetting the layers 4 d0 or more; in
+    # case 2 (1 layer, 4 bytes) forgetting the bytes gives 4 d0. Case 3: the budget is exactly
+    # what g heads take (<= is right, < is not). Case 4: any shape.
+    cases = []
+    for layers, nbytes in ((_int(g, 5, 9), 1), (1, 4)):
+        m = _int(g, 5, 7)
+        d0 = 2 ** _int(g, 1, m - 4)
+        k = d0 + _int(g, 1, d0 - 1)
+        d, T, B = 16 * _int(g, 1, 8), _int(g, 1, 8192), _int(g, 1, 16)
+        unit = _kv_unit(layers, d, T, B, nbytes)
+        cases.append(Case((unit * k + _int(g, 0, unit - 1), layers, 2 ** m, d, T, B, nbytes)))
+    h = (12, 16, 24, 32, 40, 48)[_int(g, 0, 5)]
+    divisors = [x for x in range(2, h + 1) if h % x == 0]
+    g2 = divisors[_int(g, 0, len(divisors) - 1)]
+    L, d, T, B, e = _int(g, 1, 40), 16 * _int(g, 1, 8), _int(g, 1, 8192), _int(g, 1, 16), _int(g, 1, 4)
+    cases.append(Case((_kv_unit(L, d, T, B, e) * g2, L, h, d, T, B, e)))
+    h = _int(g, 1, 64)
+    L, d, T, B, e = _int(g, 1, 80), 16 * _int(g, 1, 8), _int(g, 1, 32768), _int(g, 1, 16), _int(g, 1, 4)
+    cases.append(Case((_int(g, 0, _kv_unit(L, d, T, B, e) * h), L, h, d, T, B, e)))
+    return cases
+
+
+def _mkv(M, L, h, d, T, B, e, *, unit=None, divisors=True, strict=False):
+    unit = _kv_unit(L, d, T, B, e) if unit is None else unit
+    fits = [x for x in range(1, h + 1) if (not divisors or h % x == 0) and (x * unit < M if strict else x * unit <= M)]
+    return max(fits, default=0)
+
+
+MAX_KV_HEADS = Exercise(
+    id="params.max_kv_heads", title="How many K/V heads fit?", lesson="04-parameter-counts",
+    function="max_kv_heads",
+    params=("memory_bytes", "layers", "num_heads", "head_dim", "seq_len", "batch", "bytes_per_element"),
+    points=3, reference=max_kv_heads, public=_mkv_public, hidden=_mkv_hidden, answer="int", public_seed=304,
     mistakes=(
-        Mistake("the cache stores two tensors, keys and values: multiply by 2",
-                lambda L, g, d, T, B, e: L * g * d * T * B * e),
-        Mistake("multiply by bytes_per_element to get bytes, not elements",
-                lambda L, g, d, T, B, e: 2 * L * g * d * T * B),
+        Mistake("the number of K/V heads must divide num_heads (each K/V head serves num_heads // g "
+                "query heads): take the largest divisor that fits, not the largest count",
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, divisors=False)),
+        Mistake("the cache stores two tensors, keys and values: each K/V head costs 2 * layers * head_dim "
+                "* seq_len * batch * bytes_per_element bytes",
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=L * d * T * B * e)),
+        Mistake("every layer has its own cache: multiply by layers",
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * d * T * B * e)),
+        Mistake("count bytes, not elements: multiply by bytes_per_element",
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * L * d * T * B)),
+        Mistake("a cache of exactly memory_bytes fits: compare with <=, not <",
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, strict=True)),
     ),
     forbidden=("mha",), dtypes=(),
 )
 
-EXERCISES = (MHA_PARAMS, GQA_PARAMS, KV_BYTES)
+EXERCISES = (MHA_PARAMS, GQA_PARAMS, MAX_KV_HEADS)

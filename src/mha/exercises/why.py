@@ -49,6 +49,8 @@ COMBINE = Exercise(
         Mistake("keep each head's d_h features together, in head order [head 0 | head 1 | ...], "
                 "not interleaved feature by feature",
                 lambda o, w: o.permute(1, 2, 0).reshape(o.shape[1], -1) @ w),
+        Mistake("w_o is in the maths layout here, (in, out): multiply by w_o itself, not by w_o.T "
+                "(nn.Linear's layout)", lambda o, w: _concat(o) @ w.T),
     ),
     forbidden=NO_MHA,
 )

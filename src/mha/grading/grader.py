@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mha.exercises import Exercise, Outcome, Verdict, select
-from mha.exercises._core import forbidden_uses
+from mha.exercises._core import forbidden_uses, read_record, settle
+from mha.exercises.feedback import traps_of
 
 from . import extract, sandbox
 from .plain import MalformedResult, encode, pack, unpack, validate
@@ -122,7 +123,8 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
             _prepare(jobdir, stmts, to_run)
             user = sandbox.unprivileged_user(slot)
             hide = sandbox.hidden_candidates([*sandbox.course_dirs(), str(Path(path).resolve().parent)])
-            jobs = [{"index": i, "function": ex.function, "traps": _traps(ex)} for i, ex, _ in to_run]
+            jobs = [{"index": i, "function": ex.function, "traps": _traps(ex), "trace": ex.audit is not None}
+                    for i, ex, _ in to_run]
             run = sandbox.run_job(jobdir, jobs, limits, hide=hide, user=user)
             load = _read_json(jobdir / "out" / "load.json")
             for err in (load or {}).get("errors", [])[:5] if isinstance(load, dict) else []:
@@ -150,7 +152,7 @@ def _zero(ex: Exercise, status: str, message: str) -> ExerciseReport:
 
 
 def _traps(ex: Exercise) -> list[str]:
-    return [f for f in ex.forbidden if "." in f and not f.startswith("mha")]
+    return traps_of(ex)
 
 
 def _prepare(jobdir: Path, stmts, to_run) -> None:
@@ -212,51 +214,28 @@ def _read_arrays(obj, path: Path) -> dict:
     return unpack(obj.get("arrays") if isinstance(obj, dict) else None, data)
 
 
-def _outcomes(obj, arrays, n: int) -> list[Outcome]:
-    if not isinstance(obj, dict) or not isinstance(obj.get("results"), list) or len(obj["results"]) != n:
+def _outcomes(obj, arrays, cases) -> list[Outcome]:
+    if not isinstance(obj, dict) or not isinstance(obj.get("results"), list) or len(obj["results"]) != len(cases):
         raise MalformedResult("wrong number of results")
-    outs = []
-    for r in obj["results"]:
-        s = r.get("s") if isinstance(r, dict) else None
-        if s == "value":
-            outs.append(Outcome("value", value=validate(r.get("v"), arrays)))
-        elif s == "raised":
-            typ, bases = r.get("type"), r.get("bases")
-            if not isinstance(typ, str) or not isinstance(bases, list):
-                raise MalformedResult("bad exception record")
-            outs.append(Outcome("raised", error_type=typ[:100],
-                                error_bases=tuple(b for b in bases if isinstance(b, str))[:12],
-                                error_message=str(r.get("msg", ""))[:300]))
-        elif s == "not-attempted":
-            outs.append(Outcome("not-attempted"))
-        elif s == "missing":
-            outs.append(Outcome("missing", reason="the function is not defined after loading the code"))
-        else:
-            raise MalformedResult("unknown result kind")
-    return outs
+    return [read_record(r, arrays, len(c.args)) for r, c in zip(obj["results"], cases)]
 
 
 def _judge(ex: Exercise, cases, out: Path, i: int) -> ExerciseReport:
     try:
         obj = _read_json(out / f"{i}.json")
-        outcomes = _outcomes(obj, _read_arrays(obj, out / f"{i}.bin"), len(cases))
+        outcomes = _outcomes(obj, _read_arrays(obj, out / f"{i}.bin"), cases)
     except MalformedResult as e:
         return _zero(ex, "unreadable", f"the result could not be read back ({e}); no points")
     if all(o.status == "not-attempted" for o in outcomes):
         return _zero(ex, "not attempted", f"{ex.function} still raises NotImplementedError")
     if outcomes and all(o.status == "missing" for o in outcomes):
         return _zero(ex, "missing", outcomes[0].reason)
-    checks, value_ok = [], False
+    verdicts = settle(cases, [ex.judge(c, o, reveal=False) for c, o in zip(cases, outcomes)])
+    checks = []
     n_public = sum(not c.hidden for c in cases)
-    for k, (case, outcome) in enumerate(zip(cases, outcomes)):
-        v: Verdict = ex.judge(case, outcome, reveal=False)
+    for k, (case, v) in enumerate(zip(cases, verdicts)):
         name = (f"hidden check {k - n_public + 1}" if case.hidden else f"public check {k + 1}")
-        checks.append(CheckReport(name, v.passed, "correct" if v.passed else v.message, case.hidden))
-        value_ok |= v.passed and not v.raises
-    # Raising on bad input earns points only from a function that also computes something right.
-    for case, c in zip(cases, checks):
-        if case.raises and c.passed and not value_ok:
-            c.passed, c.message = False, "counts once the function returns correct values"
+        checks.append(CheckReport(name, v.passed, "correct" if v.passed else v.neutral, case.hidden))
     passed = sum(c.passed for c in checks)
     score = round(ex.points * passed / len(checks), 2)
     msg = f"{passed} of {len(checks)} checks pass"

@@ -19,8 +19,8 @@ Order of events:
 6. run the submission's kept statements, then each exercise's cases, reporting progress
    (``S i`` / ``D i``) on a pipe so that the grader can enforce per-exercise time limits.
 
-This file imports nothing from the course package but ``mha/_plain.py`` (loaded by path,
-first), so it can run while that is hidden.
+This file imports nothing from the course package but ``mha/_plain.py`` and
+``mha/_calls.py`` (loaded by path, first), so it can run while that is hidden.
 """
 
 from __future__ import annotations
@@ -33,10 +33,6 @@ import sys
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
-
-
-class ForbiddenCall(RuntimeError):
-    """Raised by the stand-ins for functions an exercise may not use."""
 
 
 def _libc():
@@ -184,6 +180,9 @@ def preload(plain) -> None:
     plain.noncontiguous(plain.decode_input(tree, plain.unpack(index, data))[0])
     torch.softmax(torch.ones(2, 2), dim=-1).masked_fill(torch.ones(2, 2, dtype=torch.bool), float("-inf"))
     json.dumps(json.loads("[1]"))
+    calls = load_calls()  # and one graded call, recorded and trapped, of everything it imports
+    calls.run_case(lambda x: x.amax(dim=-1), [torch.ones(2, 2)], plain=plain, arrays={},
+                   noncontiguous=(0,), traps=["torch.nn.functional.softmax", "torch.Tensor.softmax"], trace=True)
 
 
 # ----------------------------------------------------------------------------- stand-ins
@@ -193,6 +192,8 @@ def install_mha_stub(types_mod) -> None:
     that raises ForbiddenCall; ``mha.exercises.check`` does nothing."""
     import importlib.abc
     import importlib.machinery
+
+    ForbiddenCall = load_calls().ForbiddenCall
 
     def trap(name):
         def forbidden(*args, **kwargs):
@@ -222,38 +223,9 @@ def install_mha_stub(types_mod) -> None:
     sys.meta_path.insert(0, Finder())
 
 
-def set_traps(names):
-    """Replace forbidden library attributes (dotted names) by raising stand-ins; returns
-    what to restore."""
-    import importlib
-
-    saved = []
-    for dotted in names:
-        module, _, attr = dotted.rpartition(".")
-        try:
-            mod = importlib.import_module(module)
-            original = getattr(mod, attr)
-        except Exception:
-            continue
-
-        def forbidden(*args, _name=dotted, **kwargs):
-            raise ForbiddenCall(f"{_name} is not allowed in this exercise")
-        setattr(mod, attr, forbidden)
-        saved.append((mod, attr, original))
-    return saved
-
-
-def restore(saved):
-    for mod, attr, original in saved:
-        try:
-            setattr(mod, attr, original)
-        except Exception:
-            pass
-
-
 # ----------------------------------------------------------------------------- running
 
-def run(jobdir: str, cfg, progress_fd: int, plain) -> None:
+def run(jobdir: str, cfg, progress_fd: int, plain, calls=None) -> None:
     import ast
     import builtins
     import types
@@ -261,6 +233,8 @@ def run(jobdir: str, cfg, progress_fd: int, plain) -> None:
     import numpy as np
     import torch
 
+    calls = calls or load_calls()
+    run_case = calls.make_runner()  # bound now, before any student code runs, and kept local
     torch.set_num_threads(1)
     install_mha_stub(types)
 
@@ -297,22 +271,11 @@ def run(jobdir: str, cfg, progress_fd: int, plain) -> None:
         if fn is None or not callable(fn):
             results = [{"s": "missing"} for _ in spec["cases"]]
         else:
-            saved = set_traps(job.get("traps", []))
             layouts = spec.get("noncontiguous") or [[] for _ in spec["cases"]]
             for case, strided in zip(spec["cases"], layouts):
                 args = [plain.decode_input(a, arrays) for a in case]
-                for k in strided:  # the statement promises to accept a non-contiguous input
-                    args[k] = plain.noncontiguous(args[k])
-                try:
-                    value = fn(*args)
-                    results.append({"s": "value", "v": plain.encode(value, out_arrays)})
-                except NotImplementedError:
-                    results.append({"s": "not-attempted"})
-                except BaseException as e:  # noqa: BLE001 - SystemExit and friends score zero
-                    results.append({"s": "raised", "type": type(e).__name__[:100],
-                                    "bases": [c.__name__[:100] for c in type(e).__mro__][:12],
-                                    "msg": str(e)[:300]})
-            restore(saved)
+                results.append(run_case(fn, args, plain=plain, arrays=out_arrays, noncontiguous=tuple(strided),
+                                        traps=job.get("traps", []), trace=bool(job.get("trace"))))
         index, data = plain.pack(out_arrays)
         _write(os.path.join(out, f"{i}.bin"), data)
         _write(os.path.join(out, f"{i}.json"), json.dumps({"results": results, "arrays": index}).encode())
@@ -336,17 +299,29 @@ def _write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _load_by_path(filename: str, name: str):
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), filename)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_plain():
     """The package's neutral module of plain values (``mha/_plain.py``), loaded from its
     file on its own: nothing else of the course package is imported here."""
-    import importlib.util
+    return _load_by_path("_plain.py", "plain")
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_plain.py")
-    spec = importlib.util.spec_from_file_location("plain", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["plain"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+
+def load_calls():
+    """The package's neutral module that calls a graded function (``mha/_calls.py``, the
+    procedure ``check`` follows too), loaded from its file on its own."""
+    if "_mha_calls" in sys.modules:
+        return sys.modules["_mha_calls"]
+    return _load_by_path("_calls.py", "_mha_calls")
 
 
 def sandboxed(jobdir: str, cfg, progress_fd: int, plain) -> None:
@@ -476,3 +451,13 @@ def _zygote_child(req, progress_fd: int, stderr_fd: int, plain, libc) -> None:
 
 if __name__ == "__main__":
     main(sys.argv)
+
+
+def __getattr__(name):  # ForbiddenCall, set_traps and restore live in mha/_calls.py now
+    if name in ("ForbiddenCall", "set_traps", "restore"):
+        try:
+            from mha import _calls
+        except ImportError:  # pragma: no cover - the package hidden
+            _calls = load_calls()
+        return getattr(_calls, name)
+    raise AttributeError(name)

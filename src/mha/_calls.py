@@ -1,0 +1,249 @@
+"""Calling a graded function: the one procedure that the notebook's ``check`` and the
+grader's sandboxed worker both follow, so that they judge the same thing.
+
+For every case, :func:`run_case`
+1. gives the function private copies of the arguments (non-contiguous where the case says);
+2. replaces the functions the exercise forbids by stand-ins that raise :class:`ForbiddenCall`
+   (``set_traps``), for the length of the call only;
+3. when the exercise audits *how* an answer computes (an exercise with an ``audit``), records
+   every torch function and tensor method the call runs, with its inputs' and outputs' shapes
+   (:func:`recorder`);
+4. after the call, notes every argument the function changed, in value or in place (a
+   tensor's version counter counts each in-place operation);
+5. encodes the result as a plain value (:mod:`mha._plain`).
+
+It returns a *record*, a JSON-able dict: the worker writes it to disk for the grader; ``check``
+turns it into an :class:`~mha.exercises.Outcome` through the grader's own reader, so the two
+see the same outcome and print the same verdict.
+
+This module imports only the standard library, and torch lazily, so that the worker can
+load it by path, on its own, before it hides the course package (see ``grading/worker.py``).
+The torch functions it uses after a call are looked up when it is loaded, before any student
+code has run in the worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+MAX_TRACE = 4096      # distinct operations kept in a trace
+MAX_MESSAGE = 300
+
+
+class ForbiddenCall(RuntimeError):
+    """Raised by the stand-ins for functions an exercise may not use."""
+
+
+# ----------------------------------------------------------------------------- traps
+
+_RESOLVED: dict = {}
+
+
+def _resolve(dotted: str):
+    """(owner, attribute) for a dotted name such as ``torch.nn.functional.softmax`` or
+    ``torch.Tensor.softmax`` (the owner may be a module or a class); None if it does not
+    exist in this Python. Remembered: traps are set around every call."""
+    if dotted not in _RESOLVED:
+        _RESOLVED[dotted] = _find(dotted)
+    return _RESOLVED[dotted]
+
+
+def _find(dotted: str):
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:cut]))
+        except Exception:
+            continue
+        try:
+            for name in parts[cut:-1]:
+                owner = getattr(owner, name)
+            getattr(owner, parts[-1])
+        except Exception:
+            return None
+        return owner, parts[-1]
+    return None
+
+
+def set_traps(names) -> list:
+    """Replace forbidden attributes (dotted names of functions or methods) by stand-ins that
+    raise ForbiddenCall; returns what :func:`restore` needs."""
+    saved = []
+    for dotted in names:
+        found = _resolve(dotted)
+        if found is None:
+            continue
+        owner, attr = found
+        had_own = attr in getattr(owner, "__dict__", {})
+        original = owner.__dict__[attr] if had_own else getattr(owner, attr)
+        if isinstance(original, type(importlib)) or not callable(original):
+            continue  # a forbidden module is refused by the static check; torch may need it itself
+        def forbidden(*args, _name=dotted, **kwargs):
+            raise ForbiddenCall(f"{_name} is not allowed in this exercise")
+        try:
+            setattr(owner, attr, forbidden)
+        except (AttributeError, TypeError):
+            continue
+        saved.append((owner, attr, original, had_own))
+    return saved
+
+
+def restore(saved) -> None:
+    for owner, attr, original, had_own in reversed(saved):
+        try:
+            if had_own:
+                setattr(owner, attr, original)
+            else:
+                delattr(owner, attr)
+        except Exception:
+            pass
+
+
+# ----------------------------------------------------------------------------- recording
+
+_RECORDER = None
+
+
+def recorder():
+    """A fresh :class:`Recorder`: a TorchFunctionMode (torch.overrides), which sees every torch
+    function and tensor method a call runs, at the level the code is written, for the cost of
+    a Python call each (a TorchDispatchMode would see the aten operations, at the price of
+    importing torch._dynamo, a second of CPU time, in every worker)."""
+    global _RECORDER
+    if _RECORDER is None:
+        from torch.overrides import TorchFunctionMode
+
+        class Recorder(TorchFunctionMode):
+            """Records each distinct (function name, input shapes, output shapes)."""
+
+            def __init__(self):
+                super().__init__()
+                self.seen: dict = {}
+                self.truncated = False
+
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                try:
+                    key = (func, _shapes(args) + (_shapes(kwargs.values()) if kwargs else ()),
+                           _shapes(out) if isinstance(out, (tuple, list)) else _shapes((out,)))
+                    if key not in self.seen:
+                        if len(self.seen) < MAX_TRACE:
+                            self.seen[key] = None
+                        else:
+                            self.truncated = True
+                except Exception:  # recording must never change what the call does
+                    pass
+                return out
+
+            def entries(self) -> list:
+                return [[str(getattr(func, "__name__", func))[:100], [[int(n) for n in s] for s in ins],
+                         [[int(n) for n in s] for s in outs], False] for func, ins, outs in self.seen]
+
+        _RECORDER = Recorder
+    return _RECORDER()
+
+
+_TENSOR = None
+
+
+def _shapes(items) -> tuple:
+    """The shapes (torch.Size, hashable) of the tensors among ``items``, lists searched too."""
+    global _TENSOR
+    if _TENSOR is None:
+        import torch
+
+        _TENSOR = torch.Tensor
+    out = []
+    for a in items:
+        if isinstance(a, _TENSOR):
+            out.append(a.shape)
+        elif isinstance(a, (tuple, list)):
+            out.extend(_shapes(a))
+    return tuple(out[:32])
+
+
+# ----------------------------------------------------------------------------- one call
+
+def make_runner():
+    """A fresh :func:`run_case`. Everything it uses after a student's call (torch's functions,
+    the traps, the recorder) is bound here, in its closure, when it is made: the worker makes
+    its own before it loads a submission and keeps it in a local variable, so that code which
+    replaces this module's names (or torch's) cannot change how its calls are watched."""
+    import torch
+
+    Tensor, clone, equal, isnan = torch.Tensor, torch.Tensor.clone, torch.equal, torch.isnan
+    is_floating, nan_to_num, version_of = torch.is_floating_point, torch.nan_to_num, torch.Tensor._version.__get__
+    make_recorder, trap, untrap = recorder, set_traps, restore
+
+    def snapshot(args) -> list:
+        return [(a, tuple(a.shape), clone(a), version_of(a)) if isinstance(a, Tensor) else None for a in args]
+
+    def changed(snap) -> list[int]:
+        out = []
+        for i, s in enumerate(snap):
+            if s is None:
+                continue
+            a, shape, copy, version = s
+            try:
+                same = version_of(a) == version and tuple(a.shape) == shape and (
+                    equal(a, copy) or (is_floating(a) and equal(isnan(a), isnan(copy))
+                                       and equal(nan_to_num(a, 0.0, 0.0, 0.0), nan_to_num(copy, 0.0, 0.0, 0.0))))
+            except Exception:
+                same = False
+            if not same:
+                out.append(i)
+        return out
+
+    def run_case(fn, args, *, plain, arrays: dict, noncontiguous=(), traps=(), trace: bool = False) -> dict:
+        """Call ``fn(*args)`` as a graded call and describe what happened as a record.
+
+        ``args`` are the function's own copies (they may be changed by the call); the
+        positions in ``noncontiguous`` are passed in a strided layout. ``arrays`` collects the
+        result's arrays (see :func:`mha._plain.encode`). Never raises for anything ``fn``
+        does, except KeyboardInterrupt."""
+        args = [plain.noncontiguous(a) if i in noncontiguous else a for i, a in enumerate(args)]
+        snap = snapshot(args)
+        saved = trap(traps)
+        mode = make_recorder() if trace else None
+        try:
+            try:
+                if mode is not None:
+                    with mode:
+                        value = fn(*args)
+                else:
+                    value = fn(*args)
+            finally:
+                untrap(saved)
+            record = {"s": "value", "v": plain.encode(value, arrays)}
+        except NotImplementedError:
+            record = {"s": "not-attempted"}
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - SystemExit and friends score zero
+            record = {"s": "raised", "type": type(e).__name__[:100],
+                      "bases": [c.__name__[:100] for c in type(e).__mro__][:12], "msg": _message(e)}
+        record["mutated"] = changed(snap)
+        if mode is not None:
+            record["trace"] = mode.entries()
+            record["truncated"] = mode.truncated
+        return record
+
+    return run_case
+
+
+_RUNNER = None
+
+
+def run_case(fn, args, *, plain, arrays: dict, noncontiguous=(), traps=(), trace: bool = False) -> dict:
+    """Call ``fn(*args)`` as a graded call (see :func:`make_runner`) and return its record."""
+    global _RUNNER
+    if _RUNNER is None:
+        _RUNNER = make_runner()
+    return _RUNNER(fn, args, plain=plain, arrays=arrays, noncontiguous=noncontiguous, traps=traps, trace=trace)
+
+
+def _message(e: BaseException) -> str:
+    try:
+        return str(e)[:MAX_MESSAGE]
+    except Exception:
+        return ""
