@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--exercise-timeout", type=float, default=10.0, metavar="S")
     g.add_argument("--submission-timeout", type=float, default=120.0, metavar="S")
     g.add_argument("--details", action="store_true", help="print every failed check")
+    g.add_argument("--report", metavar="DIR",
+                   help="write the class report: DIR/class-report.html (one offline page) and DIR/class-report.csv")
+    g.add_argument("--pseudonymise", "--pseudonymize", action="store_true",
+                   help="in the class report, show students under pseudonyms (student 01, ...) in a random order")
+    g.add_argument("--site-url", metavar="URL",
+                   help="address of the course website, for the class report's links to lesson sections")
     g.add_argument("--quiet", "-q", action="store_true", help="no progress display")
 
     n = sub.add_parser("notebooks", help="write clean student notebooks (.ipynb) from the lessons")
@@ -113,6 +119,13 @@ def _grade(args) -> int:
         reports.write_csv(reports_, exercises, args.csv)
     if args.gradescope:
         reports.write_gradescope(reports_, args.gradescope)
+    if args.report:
+        from mha.grading import classreport
+
+        site = args.site_url or classreport.local_site()
+        page, table = classreport.write(classreport.build(reports_, exercises, pseudonymise=args.pseudonymise,
+                                                          site_url=site), args.report)
+        print(f"class report: {page} and {table}", file=sys.stderr)
     return 0
 
 
