@@ -1,4 +1,4 @@
-"""The ``mha`` command: ``grade``, ``notebooks``, ``autograder`` and ``bench``."""
+"""The ``mha`` command: ``grade``, ``assign``, ``notebooks``, ``autograder`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -37,7 +37,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="in the class report, show students under pseudonyms (student 01, ...) in a random order")
     g.add_argument("--site-url", metavar="URL",
                    help="address of the course website, for the class report's links to lesson sections")
+    g.add_argument("--exercises", metavar="FILE", action="append",
+                   help="grade the exercises defined in FILE, an instructor's own Python file (repeatable); "
+                        "with --only, choose among them and the course's")
     g.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+
+    s = sub.add_parser("assign", help="make the student version of an instructor's exercise file")
+    s.add_argument("file", metavar="FILE", help="the instructor's Python file of exercises")
+    s.add_argument("--out", required=True, metavar="DIR",
+                   help="where to write FILE's student version (.json) and a student notebook (.ipynb)")
 
     n = sub.add_parser("notebooks", help="write clean student notebooks (.ipynb) from the lessons")
     n.add_argument("--out", required=True, metavar="DIR")
@@ -52,6 +60,17 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "grade":
         return _grade(args)
+    if args.command == "assign":
+        from mha.exercises import ExerciseFileError, write_student_version
+
+        try:
+            paths = write_student_version(args.file, args.out)
+        except (OSError, ExerciseFileError) as e:
+            print(f"mha assign: {e}", file=sys.stderr)
+            return 2
+        for p in paths:
+            print(p)
+        return 0
     if args.command == "notebooks":
         from mha.notebooks import write_student_notebooks
 
@@ -78,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 def _grade(args) -> int:
     from pathlib import Path
 
-    from mha.exercises import select
+    from mha.exercises import ExerciseFileError, load_exercises, select
     from mha.grading import reports
     from mha.grading.grader import expand, grade_many
     from mha.grading.sandbox import Limits
@@ -87,8 +106,19 @@ def _grade(args) -> int:
     if missing:
         print(f"mha grade: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
+    own = []
+    for file in args.exercises or []:
+        if Path(file).suffix == ".json":
+            print(f"mha grade: --exercises {file}: that is a student version (no reference, no hidden checks); "
+                  "grade with the instructor's .py file", file=sys.stderr)
+            return 2
+        try:
+            own += load_exercises(file)
+        except ExerciseFileError as e:
+            print(f"mha grade: --exercises: {e}", file=sys.stderr)
+            return 2
     try:
-        exercises = select(args.only)
+        exercises = select(args.only) if args.only or not own else own
     except ValueError as e:
         print(f"mha grade: --only: {e}", file=sys.stderr)
         return 2
