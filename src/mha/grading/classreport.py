@@ -654,7 +654,7 @@ def _exercise_html(e: ExerciseStats, report: ClassReport, num) -> str:
                  f'<figcaption>Scores on {esc(e.id)} ({_fmt(e.points)} points).</figcaption></figure>')
     rows = [("Students", "students", e.students), ("Full marks", "full marks", e.full),
             ("Mean score", "mean score", _num(e.mean)), ("Answers that ran", "graded", e.graded),
-            ("Wrong answers", "wrong", e.wrong), ("Unexplained wrong answers", "unexplained", e.unexplained),
+            ("Wrong answers", "wrong", e.wrong), ("Wrong answers with no hint", "unexplained", e.unexplained),
             ("Not attempted", "not attempted", e.status["not attempted"]),
             ("Missing", "missing", e.status["missing"]), ("Wrong signature", "wrong signature", e.status["wrong signature"]),
             ("Refused: forbidden name", "forbidden", e.status["forbidden"]),
