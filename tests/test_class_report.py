@@ -130,6 +130,7 @@ def test_the_counts_on_the_page_equal_the_counts_in_the_json_report(graded):
     data = graded.data
     assert page["class||submissions"] == str(len(data["submissions"])) == str(STUDENTS)
     points = {e["id"]: e["points"] for e in data["exercises"]}
+    wrong_in_all = unexplained_in_all = 0
     for exercise_id, answers in by_exercise(data).items():
         key = f"exercise|{exercise_id}|"
         statuses = Counter(a["status"] for a in answers)
@@ -144,11 +145,14 @@ def test_the_counts_on_the_page_equal_the_counts_in_the_json_report(graded):
                     "mean score": fmt(sum(a["score"] for a in answers) / len(answers))}
         for measure, value in expected.items():
             assert page[key + measure] == str(value), (exercise_id, measure, page[key + measure], value)
+        wrong_in_all += len(wrong)
+        unexplained_in_all += len(unexplained)
         assert {m: int(page[f"mistake|{exercise_id}|{m}"]) for m in made} == dict(made)
         shown = {k.split("|", 2)[2] for k in page if k.startswith(f"mistake|{exercise_id}|")}
         assert shown == set(made), "the page lists exactly the mistakes made"
         examples = [int(v) for k, v in page.items() if k.startswith(f"unexplained example|{exercise_id}|")]
         assert sum(examples) <= len(unexplained) and (examples or not unexplained)
+    assert (page["class||wrong"], page["class||unexplained"]) == (str(wrong_in_all), str(unexplained_in_all))
     for sub in data["submissions"]:
         assert page[f"student|{sub['student']}|total"] == fmt(sub["score"])
     totals = [s["score"] for s in data["submissions"]]

@@ -260,3 +260,18 @@ def test_the_student_version_holds_no_reference_and_check_uses_it_in_a_fresh_pro
             hint = next(m["hint"] for m in ex["mistakes"] if m["name"] == NAMED[name])
             assert f"Hint: {hint}" in printed[name]
     assert "all 3 public checks pass" in printed["correct"]
+
+
+def test_the_gradescope_autograder_zip_grades_the_file_too(tmp_path, forget):
+    import zipfile
+
+    from mha.grading.autograder import build_zip
+
+    z = zipfile.ZipFile(build_zip(tmp_path / "ag.zip", exercises=[EXAMPLE]))
+    assert z.read("exercises/entropy_exercises.py") == EXAMPLE.read_bytes()
+    assert "--exercises /autograder/source/exercises/entropy_exercises.py" in z.read("run_autograder").decode()
+    assert ID not in EXERCISES
+    broken = tmp_path / "entropy_exercises.py"
+    broken.write_text(EXAMPLE.read_text().replace("points=2,", "points=0,"))
+    with pytest.raises(ExerciseFileError, match="points must be a positive number"):
+        build_zip(tmp_path / "bad.zip", exercises=[broken])

@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("autograder", help="build a Gradescope autograder zip")
     a.add_argument("--out", required=True, metavar="FILE.zip")
     a.add_argument("--only", action="append", metavar="ID", help="exercises this assignment grades")
+    a.add_argument("--exercises", metavar="FILE", action="append",
+                   help="an instructor's own exercise file to grade (repeatable), as for mha grade")
 
     sub.add_parser("bench", help="run the benchmarks (mha.benchmark)")
     args = parser.parse_args(argv)
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         from mha.grading.autograder import build_zip
 
         try:
-            print(build_zip(args.out, only=args.only))
+            print(build_zip(args.out, only=args.only, exercises=args.exercises))
         except (OSError, ValueError) as e:
             print(f"mha autograder: {e}", file=sys.stderr)
             return 2

@@ -144,7 +144,7 @@ def build(reports: list[SubmissionReport], exercises: list[Exercise], *, pseudon
         lessons.append(_group(lesson, ids, by_id, rows))
     whole = _group("class", list(by_id), by_id, rows)
 
-    names = [r.student for r in reports]
+    names = _unique([r.student for r in reports])
     if pseudonymise:
         order = list(range(len(names)))
         (rng or random.SystemRandom()).shuffle(order)
@@ -167,6 +167,17 @@ def local_site() -> str | None:
     root = Path(__file__).resolve().parents[3]
     index = root / "_build" / "html" / "index.html"
     return index.parent.as_uri() if (root / "pyproject.toml").is_file() and index.is_file() else None
+
+
+def _unique(names: list[str]) -> list[str]:
+    """The names, a second "ada" (from another folder) shown as "ada (2)", so that every
+    student has a row and a key of their own."""
+    seen: Counter = Counter()
+    out = []
+    for name in names:
+        seen[name] += 1
+        out.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
+    return out
 
 
 def _natural(name: str):
@@ -277,13 +288,14 @@ def _names(names: list[str]) -> str:
 def _code(path: str, ex: Exercise) -> str:
     """The function ``ex`` asks for, and the helpers it uses, as the grader ran them, from
     the submission at ``path``: unparsed, so comments (where names hide) are gone."""
-    sub = extract.read_submission(path)
-    if sub.error:
+    try:
+        sub = extract.read_submission(path)
+        stmts, _ = extract.parse_cells(sub.cells)
+        info = extract.find_function(stmts, ex.function, ex.params)
+        body = [s for s in info.statements if not isinstance(s, (ast.Import, ast.ImportFrom))]
+        lines = ast.unparse(ast.Module(body=body, type_ignores=[])).splitlines()
+    except Exception:  # the file has changed or gone since it was graded: no example code
         return ""
-    stmts, _ = extract.parse_cells(sub.cells)
-    info = extract.find_function(stmts, ex.function, ex.params)
-    body = [s for s in info.statements if not isinstance(s, (ast.Import, ast.ImportFrom))]
-    lines = ast.unparse(ast.Module(body=body, type_ignores=[])).splitlines()
     if len(lines) > MAX_EXAMPLE_LINES:
         lines = lines[:MAX_EXAMPLE_LINES] + [f"# ... {len(lines) - MAX_EXAMPLE_LINES} more lines"]
     return "\n".join(lines)
@@ -294,7 +306,10 @@ def _code(path: str, ex: Exercise) -> str:
 def numbers(report: ClassReport) -> list[tuple[str, str, str, object, str]]:
     """Every number the page shows, as (scope, id, measure, value, text): the CSV's rows, and
     the ``data-key`` ("scope|id|measure") of each number on the page."""
-    rows: list[tuple[str, str, str, object, str]] = [("class", "", "submissions", report.submissions, "")]
+    rows: list[tuple[str, str, str, object, str]] = [
+        ("class", "", "submissions", report.submissions, ""),
+        ("class", "", "wrong", sum(e.wrong for e in report.exercises), ""),
+        ("class", "", "unexplained", sum(e.unexplained for e in report.exercises), "")]
     for g in [report.whole] + report.lessons:
         scope = "class" if g is report.whole else "lesson"
         gid = "" if g is report.whole else g.id
@@ -506,15 +521,17 @@ def render(report: ClassReport) -> str:
                    '<th scope="col" class="n">Students</th><th scope="col">Exercise</th><th scope="col">Mistake</th>'
                    '<th scope="col">Taught in</th></tr></thead><tbody>')
         for n, e, m in top:
-            out.append(f'<tr><td class="n">{n}</td><td><a href="#ex-{_anchor(e.id)}">{esc(e.id)}</a></td>'
+            out.append(f'<tr><td class="n">{num("mistake", e.id, m.name, n)}</td>'
+                       f'<td><a href="#ex-{_anchor(e.id)}">{esc(e.id)}</a></td>'
                        f'<td>{esc(m.hint)}</td><td>{_section_link(m.section, report.site_url)}</td></tr>')
         out.append('</tbody></table>')
     else:
         out.append('<p>No answer made a named mistake.</p>')
     unexplained = sum(e.unexplained for e in report.exercises)
     wrong = sum(e.wrong for e in report.exercises)
-    out.append(f'<p>{unexplained} of the {wrong} wrong answers got no hint (no named mistake, no diagnosis); '
-               'each exercise below shows the commonest of them.</p>')
+    out.append(f'<p>{num("class", "", "unexplained", unexplained)} of the {num("class", "", "wrong", wrong)} wrong '
+               'answers got no hint (no named mistake, no diagnosis); each exercise below shows the commonest of '
+               'them.</p>')
 
     # The class as a whole.
     out.append('<h2 id="class">The class</h2>')
