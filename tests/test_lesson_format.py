@@ -75,9 +75,10 @@ def test_every_exercise_names_an_existing_lesson():
 
 # ----------------------------------------------------------------------------- the SEED contract
 # A lesson takes every random draw from one code cell tagged `parameters` (papermill's
-# convention) that defines SEED = 0; `make seeds` (tools/seeds.py) re-runs the page with another
-# SEED put right after that cell, so nothing may be seeded before it, and every seed the page's
-# own text sets must derive from SEED. (A lesson without the cell fails `make seeds`.)
+# convention) that defines SEED = 0, right after its imports (the lesson's first code cell, which
+# student notebooks keep for the exercises); `make seeds` (tools/seeds.py) re-runs the page with
+# another SEED put right after that cell, so nothing may be seeded before it, and every seed the
+# page's own text sets must derive from SEED. (A lesson without the cell fails `make seeds`.)
 
 CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(?P<body>.*?)^```\s*$", re.M | re.S)
 
@@ -115,7 +116,9 @@ def test_the_parameters_cell_defines_seed_zero_and_nothing_else(lesson):
 @pytest.mark.parametrize("lesson", WITH_SEED, ids=lambda p: p.stem)
 def test_every_seed_the_lesson_sets_derives_from_seed(lesson):
     text = teaching_part(lesson)
-    first = CODE_CELL.search(text)
+    cells = list(CODE_CELL.finditer(text))
+    assert parameters_cells(cells[1].group(0)), "the parameters cell must follow the imports cell"
+    first = cells[0]
     params = text.index(parameters_cells(text)[0])
     before = text[first.start():params]
     assert "manual_seed" not in before and "Generator(" not in before, "a seed set before the parameters cell"
