@@ -256,10 +256,10 @@ FIXED_ATTENTION = Exercise(
         Mistake("the causal mask is aligned top-left (j <= i); with Tq != Tk it must be "
                 "bottom-right: query i sees keys j <= i + Tk - Tq", _fix_top_left_only_left),
     ),
-    # The page's kernel as given is not a listed mistake: where its answer differs from the
-    # reference, it is the answer of one of the mistakes above (not causal: keys past Tk;
-    # causal with Tq < Tk: top-left), whose hint it then gets; a mistake of its own would give
-    # the answer of "keys past Tk" on every non-causal case and hide that hint.
+    # The page's kernel as given is not a listed mistake: not causal, its answer is that of
+    # "keys past Tk", and causal with Tq < Tk, that of "top-left", whose hints it then gets
+    # (causal with Tq > Tk, its answer is its own, and gets none). A mistake of its own would
+    # share the answer of "keys past Tk" on every non-causal case, and hide that hint.
     forbidden=tuple(dict.fromkeys(NO_SOFTMAX + NO_MHA + ("torch.nn.attention",))), dtypes=("float32",),
     kernel=True, model="mha.kernels.answers.fixed_attention",
 )
