@@ -45,6 +45,16 @@ def test_every_exercise_asks_for_its_references_signature(exercise_id):
            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     assert ex.params == tuple(ref), f"{ex.signature} but the reference takes ({', '.join(ref)})"
     assert set(ex.dtypes) <= {"float16", "bfloat16", "float32", "float64"}
+    assert ex.model or not ex.kernel, f"{ex.id} asks for a kernel: name a model answer that launches one"
+
+
+@pytest.mark.parametrize("exercise_id", [i for i in IDS if get(i).model])
+def test_a_model_answer_has_the_exercise_s_signature(exercise_id):
+    ex = get(exercise_id)
+    model = model_answer(ex)
+    params = [p.name for p in inspect.signature(model).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    assert (model.__name__, tuple(params)) == (ex.function, ex.params), f"{ex.model} is not {ex.signature}"
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
