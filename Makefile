@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NBDIR  := _build/nbtest
 
-.PHONY: venv book site notebooks nbval test test-lib test-gpu lab bench constraints clean
+.PHONY: venv book site notebooks nbval seeds test test-lib test-gpu lab bench constraints clean
 
 venv: $(STAMP)
 
@@ -46,6 +46,16 @@ notebooks: $(STAMP)
 
 nbval: notebooks
 	$(BIN)/python -m pytest $(NBDIR) --nbval-lax -n 2 -p no:cacheprovider
+
+# Every lesson executed again on seeds it does not show (tools/seeds.py): each lesson is
+# converted to a notebook in _build/seeds, a cell `SEED = s` goes right after its `parameters`
+# cell, and nbval executes it (--nbval-lax: every cell must run, every assert must hold). A table
+# shows each lesson, seed, time and the first failure. Seeds 1, 2 and 3 for a lesson that trains
+# models (its code uses torch.optim), 1 for the others; a lesson without a `parameters` cell is
+# listed and fails the run. SEEDS="4 5 6" picks other seeds, LESSONS="02 13" some lessons.
+# Not part of `make test` (it takes minutes); .ci/run calls it after `make test`.
+seeds: $(STAMP)
+	$(BIN)/python tools/seeds.py $(if $(SEEDS),--seeds $(SEEDS)) $(if $(LESSONS),--lessons $(LESSONS))
 
 # Library, grader, site and browser tests, and the student's path from the website. The
 # site build (tests/conftest.py) executes every lesson once, starting at collection while

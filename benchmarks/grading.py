@@ -40,10 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def make_submissions(folder: Path, n: int, mixed: bool = False, lesson: Path | None = None) -> list[Path]:
     """``n`` student notebooks of ``lesson`` (default: the answer key) with the exercises
-    answered by the reference solutions."""
+    answered by the model answers (the references, or a kernel exercise's kernel)."""
     source = lesson or write_answer_key(folder / "key" / "all_exercises.md")
     [stub] = write_student_notebooks(folder / "stub", [source])
-    by_reference = {e.reference.__name__: e for e in EXERCISES.values()}
+    by_reference = {e.model_answer().__name__: e for e in EXERCISES.values()}
     paths = []
     for i in range(n):
         nb = nbformat.read(stub, as_version=4)
@@ -53,7 +53,7 @@ def make_submissions(folder: Path, n: int, mixed: bool = False, lesson: Path | N
             if cell.cell_type == "code" and STUB in cell.source and names:
                 if not mixed or i % 3 == 0 or (i % 3 == 1 and solved % 2 == 0):
                     ex = by_reference[names[-1]]
-                    cell.source = function_source(ex.reference, ex.function)
+                    cell.source = function_source(ex.model_answer(), ex.function)
                 solved += 1
         nb.cells[-1].source += f"\n# student {i}"
         path = folder / f"student{i:03d}.ipynb"

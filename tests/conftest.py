@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -250,10 +251,11 @@ def built_site(request) -> Path:
 
 # ----------------------------------------------------------------------------- slow lessons
 
-# Seconds a lesson may take to execute on 2 idle cores (the induction-heads lesson trains
-# a model, so it gets more). Over the limit is reported, not failed: timings on a busy
+# Seconds a lesson may take to execute on 2 idle cores (the lessons that train several models,
+# over several seeds, get more). Over the limit is reported, not failed: timings on a busy
 # machine are noisy, and a reader should still get the page.
-TIME_LIMIT_S = {"lessons/13-induction-heads": 45.0}
+TIME_LIMIT_S = {lesson: 45.0 for lesson in ("lessons/02-why-multiple-heads", "lessons/07-cross-attention",
+                                            "lessons/13-induction-heads")}
 DEFAULT_LIMIT_S = 30.0
 
 
@@ -373,3 +375,21 @@ def axe_source() -> str:
         if os.environ.get("CI"):
             pytest.fail(message + "; it is required in CI")
         pytest.skip(message)
+
+
+# ----------------------------------------------------------------------------- student notebooks
+
+def exercise_part(nb):
+    """The student notebook's setup cell, the lesson's first code cell (its imports) and
+    every cell from "## Exercises" on. The rest of a lesson is the lesson's own code, which
+    the site build executes (once per test run, tests/test_executed_notebooks.py); one
+    whole student notebook runs top to bottom in tests/test_student_path.py."""
+    import nbformat
+
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    start = next((i for i, c in enumerate(nb.cells)
+                  if c.cell_type == "markdown" and re.search(r"^#+ Exercises", c.source, re.M)), None)
+    keep = set(code[:2]) | ({i for i in code if i > start} if start is not None else set(code))
+    part = nbformat.v4.new_notebook(cells=[c for i, c in enumerate(nb.cells) if i in keep])
+    part.metadata = nb.metadata
+    return part

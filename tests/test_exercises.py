@@ -23,7 +23,15 @@ IDS = list(EXERCISES)
 
 def graded(ex, fn, case):
     """``fn`` on ``case`` under the exercise's rules, as the grader calls it."""
-    return call_outcome(fn, case, traps=tuple(traps_of(ex)), trace=ex.audit is not None)
+    return call_outcome(fn, case, traps=tuple(traps_of(ex)), trace=ex.audit is not None, launches=ex.kernel)
+
+
+def model_answer(ex):
+    """An answer in the form the statement asks for: the reference, or a kernel exercise's
+    model kernel (which needs Triton, Linux only)."""
+    if ex.kernel:  # Triton, with its interpreter where there is no GPU (Linux only)
+        pytest.importorskip("mha.kernels")
+    return ex.model_answer()
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -37,6 +45,16 @@ def test_every_exercise_asks_for_its_references_signature(exercise_id):
            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     assert ex.params == tuple(ref), f"{ex.signature} but the reference takes ({', '.join(ref)})"
     assert set(ex.dtypes) <= {"float16", "bfloat16", "float32", "float64"}
+    assert ex.model or not ex.kernel, f"{ex.id} asks for a kernel: name a model answer that launches one"
+
+
+@pytest.mark.parametrize("exercise_id", [i for i in IDS if get(i).model])
+def test_a_model_answer_has_the_exercise_s_signature(exercise_id):
+    ex = get(exercise_id)
+    model = model_answer(ex)
+    params = [p.name for p in inspect.signature(model).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    assert (model.__name__, tuple(params)) == (ex.function, ex.params), f"{ex.model} is not {ex.signature}"
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -57,10 +75,18 @@ def test_exercise_ids_functions_and_public_seeds_are_unique():
 @pytest.mark.parametrize("exercise_id", IDS)
 @pytest.mark.parametrize("seed", [0, 1, 2, 12345])
 def test_reference_passes_public_and_hidden_checks(exercise_id, seed):
+    """The model answer passes; so does the reference, but for a kernel exercise, where the
+    plain-torch reference has the right values and loses every check for launching no kernel."""
+    from mha.exercises._core import NO_KERNEL
+
     ex = get(exercise_id)
+    answer = model_answer(ex)
     for case in ex.public_cases() + ex.hidden_cases(seed):
-        verdict = ex.judge(case, graded(ex, ex.reference, case))
+        verdict = ex.judge(case, graded(ex, answer, case))
         assert verdict.passed, verdict.message
+        if answer is not ex.reference:
+            verdict = ex.judge(case, graded(ex, ex.reference, case))
+            assert not verdict.passed and verdict.message == NO_KERNEL, verdict.message
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -77,7 +103,7 @@ def test_hidden_cases_change_with_the_seed_and_differ_from_public(exercise_id):
 
 @pytest.mark.parametrize("exercise_id", IDS)
 def test_check_passes_the_reference_with_full_score(exercise_id, capsys):
-    result = check(exercise_id, get(exercise_id).reference)
+    result = check(exercise_id, model_answer(get(exercise_id)))
     assert result.ok and result.score == get(exercise_id).points
     out = capsys.readouterr().out
     assert "public checks only, not your grade" in out

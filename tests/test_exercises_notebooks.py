@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from conftest import exercise_part
 from mha.exercises import EXERCISES
 from mha.grading.answer_key import write_answer_key
 from mha.notebooks import STUB, myst_to_markdown, solution_blocks, stub_solutions, write_student_notebooks
@@ -79,20 +80,6 @@ def test_the_myst_fixture_becomes_plain_markdown(student):
     nb = nbformat.read(student[FIXTURE.stem], as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "> **Note**" in text and "Vaswani" in text
-
-
-def exercise_part(nb):
-    """The student notebook's setup cell, the lesson's first code cell (its imports) and
-    every cell from "## Exercises" on. The rest of a lesson is the lesson's own code, which
-    the site build executes (once per test run, tests/test_executed_notebooks.py); a
-    whole student notebook runs top to bottom in tests/test_student_path.py."""
-    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    start = next((i for i, c in enumerate(nb.cells)
-                  if c.cell_type == "markdown" and re.search(r"^#+ Exercises", c.source, re.M)), None)
-    keep = set(code[:2]) | ({i for i in code if i > start} if start is not None else set(code))
-    part = nbformat.v4.new_notebook(cells=[c for i, c in enumerate(nb.cells) if i in keep])
-    part.metadata = nb.metadata
-    return part
 
 
 @pytest.fixture(scope="module")

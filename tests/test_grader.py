@@ -27,16 +27,16 @@ FAST = Limits(exercise_s=10, startup_s=60, submission_s=180)
 
 
 def fill_stubs(nb_path: Path, out: Path) -> Path:
-    """A student notebook whose stubbed exercise functions are replaced by the references
-    (with the helpers they use)."""
+    """A student notebook whose stubbed exercise functions are replaced by the model answers
+    (the references, or a kernel exercise's kernel; with the helpers they use)."""
     nb = nbformat.read(nb_path, as_version=4)
-    by_reference = {e.reference.__name__: e for e in EXERCISES.values()}
+    by_reference = {e.model_answer().__name__: e for e in EXERCISES.values()}
     for cell in nb.cells:
         names = re.findall(r"^def (\w+)\(", cell.source, re.M)
         if cell.cell_type == "code" and STUB in cell.source:
             ex = next((by_reference[n] for n in reversed(names) if n in by_reference), None)
             if ex is not None:
-                cell.source = function_source(ex.reference, ex.function)
+                cell.source = function_source(ex.model_answer(), ex.function)
     nbformat.write(nb, out)
     return out
 

@@ -2,7 +2,8 @@
 runs them in Triton's interpreter (TRITON_INTERPRET=1 in its environment) and gives Triton
 the submission's source (a kernel with a chained comparison is only right when Triton's
 interpreter can read and rewrite it); a kernel with a masking bug loses the points, with
-the hint that names the bug."""
+the hint that names the bug; and an answer that launches no kernel at all, plain torch with
+the right values, loses every check, in ``check`` and in the grader, with the same message."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ import pytest
 if importlib.util.find_spec("triton") is None:
     pytest.skip("Triton publishes wheels for Linux only", allow_module_level=True)
 
-from mha.exercises import select  # noqa: E402
+import mha.kernels  # noqa: E402,F401  (Triton's interpreter, chosen before Triton is imported)
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from mha import _calls, _plain  # noqa: E402
+from mha.exercises import check, get, select  # noqa: E402
+from mha.exercises._core import NO_KERNEL  # noqa: E402
 from mha.grading.grader import grade_many  # noqa: E402
 from mha.grading.sandbox import Limits  # noqa: E402
 
@@ -46,15 +54,113 @@ def row_softmax(x):
 '''
 
 
+PLAIN_TORCH = '''
+import torch
+
+
+def row_softmax(x):
+    """Right values, and no kernel: what the statement asks for is not there."""
+    x32 = x.float()
+    top = x32.amax(dim=-1, keepdim=True)
+    e = torch.exp(x32 - torch.where(torch.isneginf(top), torch.zeros_like(top), top))
+    return (e / e.sum(dim=-1, keepdim=True).clamp_min(1e-30)).to(x.dtype)
+'''
+
+
 def test_a_kernel_gets_full_marks_and_its_masking_bug_loses_them_with_the_hint(tmp_path):
+    """...and plain torch loses every check, with the message check prints for it too."""
     right = tmp_path / "right.py"
     right.write_text(textwrap.dedent(SOFTMAX).replace("OTHER", 'float("-inf")'))
     wrong = tmp_path / "wrong.py"
     wrong.write_text(textwrap.dedent(SOFTMAX).replace("OTHER", "0.0"))   # padding counts as a score of 0
+    plain = tmp_path / "plain.py"
+    plain.write_text(PLAIN_TORCH)
     exercise = select(["kernels.row_softmax"])
-    graded = grade_many([right, wrong], exercise, limits=Limits(exercise_s=30, submission_s=120), jobs=2)
-    (good,), (bad,) = (r.exercises for r in graded)
+    graded = grade_many([right, wrong, plain], exercise, limits=Limits(exercise_s=30, submission_s=120), jobs=2)
+    (good,), (bad,), (torch_only,) = (r.exercises for r in graded)
     assert good.score == good.max_score, [c.message for c in good.checks]
     assert bad.score < bad.max_score
     assert any("other=float('-inf')" in c.message for c in bad.checks if not c.passed), \
         [c.message for c in bad.checks]
+    assert torch_only.status == "graded" and torch_only.score == 0
+    assert [c.message for c in torch_only.checks] == [NO_KERNEL] * len(torch_only.checks)
+
+    namespace: dict = {}
+    exec(compile(PLAIN_TORCH, str(plain), "exec"), namespace)
+    result = check("kernels.row_softmax", namespace["row_softmax"])
+    assert result.score == 0 and result.passed == 0
+    assert [v.neutral for v in result.verdicts] == [c.message for c in torch_only.checks if not c.hidden]
+
+
+# ----------------------------------------------------------------------------- the launch counter
+
+@triton.jit
+def _double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, 2 * tl.load(x_ptr + i, mask=i < n), mask=i < n)
+
+
+def _launches(fn, *args) -> dict:
+    return _calls.run_case(fn, list(args), plain=_plain, arrays={}, launches=True)
+
+
+def test_the_call_counts_the_kernels_it_launches_and_nothing_else():
+    def twice(x):
+        out = torch.empty_like(x)
+        _double_kernel[(1,)](x, out, x.numel(), BLOCK=16)
+        _double_kernel[(1,)](out, out, x.numel(), BLOCK=16)
+        return out
+
+    def warms_up_only(x):
+        _double_kernel.warmup(x, x, x.numel(), BLOCK=16, grid=(1,))
+        return 4 * x
+
+    def launches_then_fails(x):
+        _double_kernel[(1,)](x, torch.empty_like(x), x.numel(), BLOCK=16)
+        raise ValueError("after the launch")
+
+    from triton.runtime.interpreter import GridExecutor
+
+    launcher = GridExecutor.__dict__["__call__"]
+    x = torch.arange(5.0)
+    assert _launches(twice, x)["launches"] == 2
+    assert _launches(lambda x: 4 * x, x)["launches"] == 0
+    assert _launches(warms_up_only, x)["launches"] == 0
+    record = _launches(launches_then_fails, x)
+    assert record["s"] == "raised" and record["launches"] == 1
+    assert "launches" not in _calls.run_case(twice, [x], plain=_plain, arrays={})   # not asked: not counted
+    assert GridExecutor.__dict__["__call__"] is launcher   # the launch point is given back after each call
+
+
+def test_a_launch_compiled_for_a_gpu_is_counted_and_a_warmup_is_not(monkeypatch):
+    """On a GPU a launch is JITFunction.run; with no GPU here, a stand-in takes its place."""
+    from triton.runtime.jit import JITFunction
+
+    runs = []
+    monkeypatch.setattr(JITFunction, "run", lambda self, *args, grid, warmup, **kw: runs.append(warmup))
+
+    def scale(x, y):
+        return 2 * x
+
+    kernel = JITFunction(scale)
+
+    def launches(x):
+        kernel[(1,)](x, x)
+        kernel.warmup(x, x, grid=(1,))
+        kernel[(2,)](x, x)
+        return x
+
+    assert _launches(launches, torch.ones(3))["launches"] == 2
+    assert runs == [False, True, False]
+
+
+def test_a_kernel_exercise_judges_the_count():
+    ex = get("kernels.attention_delta")
+    case = ex.public_cases()[0]
+    outcome = _calls.run_case(ex.model_answer(), list(case.args), plain=_plain, arrays={}, launches=True)
+    assert outcome["launches"] >= 1
+    from mha.exercises.feedback import call_outcome
+
+    assert ex.judge(case, call_outcome(ex.model_answer(), case, launches=True)).passed
+    no_count = call_outcome(ex.model_answer(), case)          # a record without a count fails closed
+    assert no_count.launches is None and ex.judge(case, no_count).message == NO_KERNEL

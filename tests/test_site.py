@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urljoin, urlparse
 
 import pytest
 import yaml
@@ -59,6 +59,18 @@ COURSE_PLAN = [  # the fixed file names of the course plan, in order
 
 def test_toc_lists_the_lessons_of_the_course_plan_in_order():
     assert [Path(p).name for p in LESSONS] == COURSE_PLAN
+
+
+@pytest.mark.parametrize("page", [PAGES[0], LESSONS[0], PAGES[-1]])
+def test_the_sidebar_names_the_book_once(built_site, page):
+    """The title above the navigation links home; the home page is not listed again under it."""
+    title = yaml.safe_load((ROOT / "_config.yml").read_text())["title"]
+    sidebar = soup(built_site, page).select_one(".bd-sidebar-primary")
+    assert sidebar is not None, "no primary sidebar"
+    assert sidebar.get_text().count(title) == 1
+    home = sidebar.select_one("a.navbar-brand")
+    assert home is not None
+    assert urljoin(f"/{page}.html", home["href"]).split("#")[0] == f"/{PAGES[0]}.html"
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -1,7 +1,9 @@
 """A student's path, as a new user walks it: from the built website only, into an empty
 folder and a fresh virtual environment, install the package the site offers, run a
-downloaded student notebook headlessly, then, for every lesson, answer its exercises, run
-the notebook with the checks, and grade it with the grader of the installed package.
+downloaded student notebook headlessly from top to bottom, run every lesson's imports, then,
+for every lesson, answer its exercises, run them with the checks, and grade the notebook with
+the grader of the installed package. (The lessons' own code, above their exercises, runs in
+the site build; running it a second time here would double the suite's cost.)
 
 The website offers, next to each lesson's student notebook, the `mha` wheel that `make book`
 builds, and the page "How to use this course" gives the command that installs it. Here the
@@ -23,7 +25,7 @@ import nbformat
 import pytest
 from bs4 import BeautifulSoup
 
-from conftest import ARTIFACTS, ROOT, make_student_env, prepared_student_env, run_id
+from conftest import ARTIFACTS, ROOT, exercise_part, make_student_env, prepared_student_env, run_id
 from mha.grading import extract
 from mha.notebooks import BEGIN, END, STUB
 
@@ -157,16 +159,33 @@ def installed(student_folder, fresh_env) -> Path:
     return py
 
 
+def test_every_lesson_imports_in_the_fresh_environment(student_folder, installed):
+    """The first code cell of every downloaded notebook (the lesson's imports), all in one
+    kernel: a lesson must need nothing that the offered wheel does not install."""
+    def imports(lesson):  # code cell 0 is the setup cell, 1 the lesson's imports
+        nb = nbformat.read(student_folder / f"{lesson}.ipynb", as_version=4)
+        return [c.source for c in nb.cells if c.cell_type == "code"][1]
+
+    cells = [nbformat.v4.new_code_cell(imports(lesson)) for lesson in LESSONS]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata = nbformat.read(student_folder / f"{LESSON}.ipynb", as_version=4).metadata
+    nbformat.write(nb, student_folder / "imports.ipynb")
+    proc = run([installed, "run.py", "imports.ipynb", "imports-executed.ipynb"], cwd=student_folder, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_every_lesson_answered_passes_its_checks_and_gets_full_marks(student_folder, installed, lesson):
-    """Answer a downloaded notebook, run it in the fresh environment (every check cell must
-    say that all public checks pass), and grade it with the installed package's `mha grade`:
-    full marks."""
+    """Answer a downloaded notebook, run its exercises in the fresh environment (every check
+    cell must say that all public checks pass), and grade the whole answered notebook with
+    the installed package's `mha grade`: full marks."""
     answered = student_folder / f"{lesson}-answered.ipynb"
     n = answer(student_folder / f"{lesson}.ipynb", lesson, answered)
     assert n >= 3, f"{lesson}: {n} exercises to answer"
+    part = student_folder / f"{lesson}-exercises.ipynb"
+    nbformat.write(exercise_part(nbformat.read(answered, as_version=4)), part)
     executed = student_folder / f"{lesson}-executed.ipynb"
-    proc = run([installed, "run.py", answered.name, executed.name], cwd=student_folder, timeout=600)
+    proc = run([installed, "run.py", part.name, executed.name], cwd=student_folder, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     code = [c for c in nbformat.read(executed, as_version=4).cells if c.cell_type == "code"]
     checks = [c for c in code if c.source.lstrip().startswith("check(")]

@@ -4,8 +4,10 @@ For EVERY exercise in ``mha.exercises.EXERCISES`` (a new module is picked up wit
 here), over many hidden draws, with the rules the grader applies (forbidden functions
 trapped, arguments watched, operations recorded where the exercise audits them):
 
-- the reference and the correct solutions in ``tests/alternatives/<module>.py`` (at least
-  two per exercise, written differently) get full marks on the public and hidden checks,
+- the model answer (the reference, or for an exercise that asks for a Triton kernel the
+  kernel that ``Exercise.model`` names) and the correct solutions in
+  ``tests/alternatives/<module>.py`` (at least two per exercise, written differently) get
+  full marks on the public and hidden checks,
   in every dtype the exercise lists in ``dtypes`` (floating tensor arguments cast to it),
   with the non-contiguous arguments a case asks for, as the grader passes them: no false
   negative;
@@ -16,7 +18,10 @@ trapped, arguments watched, operations recorded where the exercise audits them):
   listed mistake and every held-out answer: in-process for all of them, and through the
   real sandboxed grader for every answer that has source code.
 
-``MHA_TEST_SEEDS`` sets the number of hidden draws (default 200).
+``MHA_TEST_SEEDS`` sets the number of hidden draws (default 200). The answers to the kernel
+exercises run in Triton's interpreter, a few milliseconds a call: they are judged on the
+first ``MHA_KERNEL_TEST_SEEDS`` of those draws (default 25); their listed mistakes, plain
+torch, on all of them.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from mha.exercises.feedback import call_outcome, traps_of
 from mha.grading.answer_key import source_chunks
 
 SEEDS = range(int(os.environ.get("MHA_TEST_SEEDS", "200")))
+KERNEL_SEEDS = SEEDS[:int(os.environ.get("MHA_KERNEL_TEST_SEEDS", "25"))]
 IDS = list(EXERCISES)
 CORRECT = load_alternatives("CORRECT")
 WRONG = load_alternatives("WRONG")
@@ -71,8 +77,20 @@ def where(ex, case: Case, seed, dtype) -> str:
 
 def graded_call(ex, fn, case):
     """``fn`` on ``case`` as the grader's worker calls it (traps, watched arguments, recorded
-    operations where the exercise audits them)."""
-    return call_outcome(fn, case, traps=tuple(traps_of(ex)), trace=ex.audit is not None)
+    operations where the exercise audits them, kernel launches counted where it asks for one)."""
+    return call_outcome(fn, case, traps=tuple(traps_of(ex)), trace=ex.audit is not None, launches=ex.kernel)
+
+
+def seeds_of(ex):
+    """The hidden draws on which an exercise's answers are judged (fewer for kernels)."""
+    return KERNEL_SEEDS if ex.kernel else SEEDS
+
+
+def model_answer(ex):
+    """``ex.model_answer()``; a kernel exercise's needs Triton (Linux only)."""
+    if ex.kernel:  # Triton, with its interpreter where there is no GPU (Linux only)
+        pytest.importorskip("mha.kernels")
+    return ex.model_answer()
 
 
 def report(failures: list[str], total: int, what: str) -> str:
@@ -144,6 +162,8 @@ def _shape_of_code(fn) -> str:
 def test_alternatives_are_not_copies_of_the_reference_or_of_each_other(exercise_id):
     ex = get(exercise_id)
     seen = {_shape_of_code(ex.reference): "the reference"}
+    if ex.model:
+        seen[_shape_of_code(model_answer(ex))] = "the model answer"
     for fn in CORRECT.get(exercise_id, []):
         shape = _shape_of_code(fn)
         assert shape not in seen, f"{exercise_id}: {fn.__name__} is a copy of {seen[shape]}"
@@ -153,11 +173,11 @@ def test_alternatives_are_not_copies_of_the_reference_or_of_each_other(exercise_
 @pytest.mark.parametrize("exercise_id", IDS)
 def test_the_forbidden_use_checks_accept_the_reference_and_every_correct_answer(exercise_id):
     """Neither the grader's static check (on the source it would keep of a submission) nor
-    check's refuses the reference or a correct alternative."""
+    check's refuses the reference, the model answer or a correct alternative."""
     from mha.exercises.feedback import _forbidden_in
 
     ex = get(exercise_id)
-    for fn in [ex.reference] + CORRECT.get(exercise_id, []):
+    for fn in [ex.reference] + ([model_answer(ex)] if ex.model else []) + CORRECT.get(exercise_id, []):
         assert _grader_static(ex, fn) is None, f"{exercise_id}: the grader refuses {fn.__name__}"
         assert _forbidden_in(fn, ex) == [], f"{exercise_id}: check refuses {fn.__name__}"
 
@@ -167,9 +187,9 @@ def test_the_forbidden_use_checks_accept_the_reference_and_every_correct_answer(
 @pytest.mark.parametrize("exercise_id", IDS)
 def test_correct_answers_get_full_marks_on_every_draw_in_every_dtype(exercise_id):
     ex = get(exercise_id)
-    answers = [("the reference", ex.reference)] + [(fn.__name__, fn) for fn in CORRECT.get(exercise_id, [])]
+    answers = [("the model answer", model_answer(ex))] + [(fn.__name__, fn) for fn in CORRECT.get(exercise_id, [])]
     failures, total = [], 0
-    for seed in SEEDS:
+    for seed in seeds_of(ex):
         drawn = (ex.public_cases() if seed == SEEDS[0] else []) + ex.hidden_cases(seed)
         for dtype in dtypes_of(ex):
             for case in (cast(c, dtype) for c in drawn):
@@ -216,14 +236,17 @@ def test_every_held_out_wrong_answer_and_shortcut_loses_points_on_every_draw(exe
     answers = [(fn.__name__, fn) for fn in WRONG.get(exercise_id, []) + FORBIDDEN.get(exercise_id, [])
                if not _forbidden_in(fn, ex)]      # a shortcut the static check refuses scores 0 anyway
     public = ex.public_cases()
+    expected = [None if c.raises else ex.expected(c) for c in public]
+    on_public = {name: [ex.judge(c, graded_call(ex, fn, c), expected=e, mistake_values=[])  # the same every draw
+                        for c, e in zip(public, expected)] for name, fn in answers}
     failures, total = [], 0
-    for seed in SEEDS:
-        cases = public + ex.hidden_cases(seed)
-        keys = [None if c.raises else ex.expected(c) for c in cases]
+    for seed in seeds_of(ex):
+        hidden = ex.hidden_cases(seed)
+        keys = [None if c.raises else ex.expected(c) for c in hidden]
         for name, fn in answers:
             total += 1
-            verdicts = settle(cases, [ex.judge(c, graded_call(ex, fn, c), expected=e, mistake_values=[])
-                                      for c, e in zip(cases, keys)])
+            verdicts = settle(public + hidden, on_public[name] + [
+                ex.judge(c, graded_call(ex, fn, c), expected=e, mistake_values=[]) for c, e in zip(hidden, keys)])
             if all(v.passed for v in verdicts):
                 failures.append(f"{name} gets full marks on hidden draw {seed}")
     assert not failures, report(failures, total, f"(wrong answer, draw) pairs of {exercise_id} get full marks")
@@ -243,7 +266,7 @@ def _grader_in_process(ex, fn, cases, tmp_path):
     out_arrays: dict = {}
     records = [calls.run_case(fn, [a.clone() if isinstance(a, torch.Tensor) else a for a in c.args], plain=plain,
                               arrays=out_arrays, noncontiguous=c.noncontiguous, traps=grader._traps(ex),
-                              trace=ex.audit is not None) for c in cases]
+                              trace=ex.audit is not None, launches=ex.kernel) for c in cases]
     index, data = plain.pack(out_arrays)
     (tmp_path / "0.bin").write_bytes(data)
     (tmp_path / "0.json").write_text(json.dumps({"results": records, "arrays": index}))
@@ -270,7 +293,7 @@ def _grader_static(ex, fn) -> str | None:
 
 def _answers(exercise_id):
     ex = get(exercise_id)
-    return ([("the reference", ex.reference)]
+    return ([("the reference", ex.reference)] + ([("the model answer", model_answer(ex))] if ex.model else [])
             + [(f"mistake {k}", m.wrong) for k, m in enumerate(ex.mistakes)]
             + [(fn.__name__, fn) for kind in (CORRECT, WRONG, FORBIDDEN) for fn in kind.get(exercise_id, [])])
 
@@ -341,17 +364,23 @@ def _groups(choice: int, answers: dict) -> list[dict[str, list[tuple[str, str]]]
 
 
 def test_check_and_the_sandboxed_grader_agree_on_every_held_out_answer(tmp_path, capsys):
-    """Every correct, wrong and forbidden answer with source code, and every reference, as
-    submissions graded in one batch by the real grader (fresh hidden draws, sandboxed worker):
-    correct answers get full marks, wrong ones and shortcuts lose points, and on every public
+    """Every correct, wrong and forbidden answer with source code, and every reference and
+    model answer, as submissions graded in one batch by the real grader (fresh hidden draws,
+    sandboxed worker): correct answers get full marks, wrong ones and shortcuts lose points, a
+    plain-torch answer to a kernel exercise (its reference) gets nothing, and on every public
     check the grader and ``check`` agree."""
     from mha.exercises import check
+    from mha.exercises._core import NO_KERNEL
     from mha.grading import reports
     from mha.grading.grader import grade_many
     from mha.grading.sandbox import Limits
 
-    answers = {i: [get(i).reference] + CORRECT.get(i, []) + WRONG.get(i, []) + FORBIDDEN.get(i, []) for i in IDS}
-    verdict = {i: ["correct"] * (1 + len(CORRECT.get(i, []))) + ["wrong"] * len(WRONG.get(i, []))
+    def own(i):  # the model answer, and the reference where it is another answer (plain torch)
+        ex = get(i)
+        return ([model_answer(ex), ex.reference], ["correct", "no kernel"]) if ex.model else ([ex.reference], ["correct"])
+
+    answers = {i: own(i)[0] + CORRECT.get(i, []) + WRONG.get(i, []) + FORBIDDEN.get(i, []) for i in IDS}
+    verdict = {i: own(i)[1] + ["correct"] * len(CORRECT.get(i, [])) + ["wrong"] * len(WRONG.get(i, []))
                + ["forbidden"] * len(FORBIDDEN.get(i, [])) for i in IDS}
     groups = [g for choice in range(max(map(len, answers.values()))) for g in _groups(choice, answers)]
     paths = []
@@ -374,6 +403,9 @@ def test_check_and_the_sandboxed_grader_agree_on_every_held_out_answer(tmp_path,
                 problems.append(f"{name} is {kind} but gets full marks")
             if kind == "forbidden" and e.score != 0:
                 problems.append(f"{name} goes through a forbidden function but gets {e.score}")
+            if kind == "no kernel" and (e.score != 0 or any(c.message != NO_KERNEL for c in e.checks)):
+                problems.append(f"{name} launches no kernel but gets {e.score}, or another message:\n"
+                                f"{reports.details(r)}")
             problems += _disagreements(name, check(e.id, fn), e)
             capsys.readouterr()
     assert not problems, "\n".join(problems[:SHOWN])

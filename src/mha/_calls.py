@@ -8,9 +8,11 @@ For every case, :func:`run_case`
 3. when the exercise audits *how* an answer computes (an exercise with an ``audit``), records
    every torch function and tensor method the call runs, with its inputs' and outputs' shapes
    (:func:`recorder`);
-4. after the call, notes every argument the function changed, in value or in place (a
+4. when the exercise asks for a Triton kernel (an exercise with ``kernel``), counts the kernels
+   the call launches (:func:`watch_launches`);
+5. after the call, notes every argument the function changed, in value or in place (a
    tensor's version counter counts each in-place operation);
-5. encodes the result as a plain value (:mod:`mha._plain`).
+6. encodes the result as a plain value (:mod:`mha._plain`).
 
 It returns a *record*, a JSON-able dict: the worker writes it to disk for the grader; ``check``
 turns it into an :class:`~mha.exercises.Outcome` through the grader's own reader, so the two
@@ -162,6 +164,46 @@ def _shapes(items) -> tuple:
     return tuple(out[:32])
 
 
+# ----------------------------------------------------------------------------- kernel launches
+
+# Where a Triton kernel launch arrives, whatever launched it (kernel[grid](...), an autotuner,
+# heuristics): (module, class, method, whether the method has a ``warmup`` flag). Compiled for
+# a GPU, a launch is JITFunction.run (with warmup=True it compiles and launches nothing); in
+# Triton's interpreter, InterpretedFunction.run hands every launch to a GridExecutor, which
+# runs the grid's programs.
+LAUNCH_POINTS = (("triton.runtime.jit", "JITFunction", "run", True),
+                 ("triton.runtime.interpreter", "GridExecutor", "__call__", False))
+
+
+def watch_launches(counter: list) -> list:
+    """Wrap Triton's launch points so that each launch that returns adds one to
+    ``counter[0]``; returns what :func:`restore` needs. Only a Triton already imported is
+    watched: importing it here could choose the wrong way to run its kernels (see
+    ``mha.kernels``), so the callers import it first, each the right way (``check`` through
+    ``mha.kernels``, the grader's worker before it loads a submission)."""
+    import sys
+
+    saved = []
+    for module, cls, attr, has_warmup in LAUNCH_POINTS:
+        owner = getattr(sys.modules.get(module), cls, None)
+        original = getattr(owner, "__dict__", {}).get(attr)
+        if not callable(original):
+            continue
+
+        def launch(*args, _original=original, _has_warmup=has_warmup, **kwargs):
+            out = _original(*args, **kwargs)
+            if not (_has_warmup and kwargs.get("warmup")):
+                counter[0] += 1
+            return out
+
+        try:
+            setattr(owner, attr, launch)
+        except (AttributeError, TypeError):
+            continue
+        saved.append((owner, attr, original, True))
+    return saved
+
+
 # ----------------------------------------------------------------------------- one call
 
 def make_runner():
@@ -173,7 +215,7 @@ def make_runner():
 
     Tensor, clone, equal, isnan = torch.Tensor, torch.Tensor.clone, torch.equal, torch.isnan
     is_floating, nan_to_num, version_of = torch.is_floating_point, torch.nan_to_num, torch.Tensor._version.__get__
-    make_recorder, trap, untrap = recorder, set_traps, restore
+    make_recorder, trap, untrap, watch = recorder, set_traps, restore, watch_launches
 
     def snapshot(args) -> list:
         return [(a, tuple(a.shape), clone(a), version_of(a)) if isinstance(a, Tensor) else None for a in args]
@@ -194,16 +236,20 @@ def make_runner():
                 out.append(i)
         return out
 
-    def run_case(fn, args, *, plain, arrays: dict, noncontiguous=(), traps=(), trace: bool = False) -> dict:
+    def run_case(fn, args, *, plain, arrays: dict, noncontiguous=(), traps=(), trace: bool = False,
+                 launches: bool = False) -> dict:
         """Call ``fn(*args)`` as a graded call and describe what happened as a record.
 
         ``args`` are the function's own copies (they may be changed by the call); the
         positions in ``noncontiguous`` are passed in a strided layout. ``arrays`` collects the
-        result's arrays (see :func:`mha._plain.encode`). Never raises for anything ``fn``
-        does, except KeyboardInterrupt."""
+        result's arrays (see :func:`mha._plain.encode`). With ``launches``, the record says
+        how many Triton kernels the call launched. Never raises for anything ``fn`` does,
+        except KeyboardInterrupt."""
         args = [plain.noncontiguous(a) if i in noncontiguous else a for i, a in enumerate(args)]
         snap = snapshot(args)
         saved = trap(traps)
+        counter = [0]
+        watched = watch(counter) if launches else []
         mode = make_recorder() if trace else None
         try:
             try:
@@ -213,6 +259,7 @@ def make_runner():
                 else:
                     value = fn(*args)
             finally:
+                untrap(watched)
                 untrap(saved)
             record = {"s": "value", "v": plain.encode(value, arrays)}
         except NotImplementedError:
@@ -226,6 +273,8 @@ def make_runner():
         if mode is not None:
             record["trace"] = mode.entries()
             record["truncated"] = mode.truncated
+        if launches:
+            record["launches"] = counter[0]
         return record
 
     return run_case
@@ -234,12 +283,14 @@ def make_runner():
 _RUNNER = None
 
 
-def run_case(fn, args, *, plain, arrays: dict, noncontiguous=(), traps=(), trace: bool = False) -> dict:
+def run_case(fn, args, *, plain, arrays: dict, noncontiguous=(), traps=(), trace: bool = False,
+             launches: bool = False) -> dict:
     """Call ``fn(*args)`` as a graded call (see :func:`make_runner`) and return its record."""
     global _RUNNER
     if _RUNNER is None:
         _RUNNER = make_runner()
-    return _RUNNER(fn, args, plain=plain, arrays=arrays, noncontiguous=noncontiguous, traps=traps, trace=trace)
+    return _RUNNER(fn, args, plain=plain, arrays=arrays, noncontiguous=noncontiguous, traps=traps, trace=trace,
+                   launches=launches)
 
 
 def _message(e: BaseException) -> str:

@@ -1,8 +1,8 @@
 """An interactive attention figure: one grid per head, a slider for the head, a read-out.
 
 `attention_explorer(weights, tokens)` returns an `AttentionExplorer`. Shown in a notebook or
-on the website it is a small HTML widget (inline SVG and a few dozen lines of JavaScript, no
-library, no network); where HTML cannot be shown (a PDF export, a plain-text viewer) the same
+on the website it is a small HTML widget (inline SVG and the few dozen lines of JavaScript in
+explorer.js, no library, no network); where HTML cannot be shown (a PDF export, a plain-text viewer) the same
 output carries a PNG of every head. The HTML is a contract other tools rely on:
 
 - an element with class ``attention-explorer`` holding a ``<script type="application/json">``
@@ -24,8 +24,10 @@ from __future__ import annotations
 import html
 import io
 import json
+import math
 import uuid
 from collections.abc import Sequence
+from importlib import resources
 
 import numpy as np
 import torch
@@ -45,7 +47,9 @@ def _colour(w: float) -> str:
     x = min(max(float(w), 0.0), 1.0) * (len(_STOPS) - 1)
     k = min(int(x), len(_STOPS) - 2)
     t = x - k
-    r, g, b = (round(a + (c - a) * t) for a, c in zip(_STOPS[k], _STOPS[k + 1]))
+    # floor(v + 0.5) is JavaScript's Math.round (Python's round() rounds halves to even), so a
+    # cell the slider recolours gets exactly the colour it was first drawn with.
+    r, g, b = (math.floor(a + (c - a) * t + 0.5) for a, c in zip(_STOPS[k], _STOPS[k + 1]))
     return f"rgb({r},{g},{b})"
 
 
@@ -118,67 +122,12 @@ _CSS = """
 .attention-explorer .readout{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;min-height:1.5em;margin:.4em 0 0;overflow-wrap:anywhere}
 """
 
-# The script finds its own explorer (the element around it), so several explorers on one
-# page, or in one notebook, never touch each other.
-_JS = """
-(function () {
-  var me = document.currentScript;
-  var root = (me && me.closest('.attention-explorer')) || document.getElementById('__ID__');
-  if (!root || root.getAttribute('data-ready')) return;
-  root.setAttribute('data-ready', '1');
-  var data = JSON.parse(root.querySelector('script[type="application/json"]').textContent);
-  var titles = JSON.parse(root.getAttribute('data-titles'));
-  var keys = data.tokens, queries = data.query_tokens || data.tokens, heads = data.heads;
-  var nk = keys.length, nq = queries.length, h = 0, ci = -1, cj = -1;
-  var grid = root.querySelector('svg.ae-grid'), readout = root.querySelector('.readout');
-  var slider = root.querySelector('input[type="range"]'), name = root.querySelector('.ae-head');
-  var cursors = grid.querySelectorAll('.ae-cursor'), cells = [];
-  grid.querySelectorAll('rect[data-i]').forEach(function (r) {
-    cells[+r.getAttribute('data-i') * nk + +r.getAttribute('data-j')] = r;
-  });
-  var STOPS = __STOPS__;
-  function colour(w) {
-    var x = Math.min(Math.max(w, 0), 1) * (STOPS.length - 1);
-    var k = Math.min(Math.floor(x), STOPS.length - 2), t = x - k;
-    return 'rgb(' + [0, 1, 2].map(function (c) {
-      return Math.round(STOPS[k][c] + (STOPS[k + 1][c] - STOPS[k][c]) * t);
-    }).join(',') + ')';
-  }
-  function show() {
-    if (ci < 0) return;
-    var r = cells[ci * nk + cj], x = +r.getAttribute('x'), y = +r.getAttribute('y');
-    var s = +r.getAttribute('width');
-    cursors.forEach(function (c) { c.setAttribute('d', 'M' + x + ' ' + y + 'h' + s + 'v' + s + 'h' + (-s) + 'z'); });
-    readout.textContent = titles[h] + ': ' + queries[ci] + ' -> ' + keys[cj] + ' = ' + heads[h][ci][cj].toFixed(4);
-  }
-  function pick(e) {
-    var r = e.target.closest && e.target.closest('rect[data-i]');
-    if (!r) return;
-    ci = +r.getAttribute('data-i'); cj = +r.getAttribute('data-j'); show();
-  }
-  grid.addEventListener('mouseover', pick);
-  grid.addEventListener('click', pick);
-  grid.addEventListener('focus', function () { if (ci < 0) { ci = 0; cj = 0; } show(); });
-  grid.addEventListener('keydown', function (e) {
-    var moves = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1]};
-    var m = moves[e.key];
-    if (e.key === 'Home') m = [0, -nk];
-    if (e.key === 'End') m = [0, nk];
-    if (!m) return;
-    e.preventDefault();
-    ci = Math.min(Math.max(Math.max(ci, 0) + m[0], 0), nq - 1);
-    cj = Math.min(Math.max(Math.max(cj, 0) + m[1], 0), nk - 1);
-    show();
-  });
-  if (slider) slider.addEventListener('input', function () {
-    h = +slider.value;
-    heads[h].forEach(function (row, i) { row.forEach(function (w, j) { cells[i * nk + j].setAttribute('fill', colour(w)); }); });
-    name.textContent = titles[h];
-    slider.setAttribute('aria-valuetext', titles[h]);
-    show();
-  });
-})();
-"""
+# The behaviour lives in explorer.js beside this file (package data), read once. Every explorer
+# carries a copy in its own element; the script finds that element itself, so several explorers on
+# one page, or in one notebook, never touch each other.
+_JS = resources.files("mha").joinpath("explorer.js").read_text(encoding="utf-8")
+if "</" in _JS:  # would end the <script> element it is inlined in
+    raise RuntimeError("mha/explorer.js must not contain '</'")
 
 
 class AttentionExplorer:
@@ -257,16 +206,16 @@ class AttentionExplorer:
                 f'aria-valuetext="{html.escape(self.titles[0])}">'
                 f'<span class="ae-head" aria-hidden="true">{html.escape(self.titles[0])}</span></div>'
             )
-        stops_js = json.dumps([list(c) for c in _STOPS], separators=(",", ":"))
+        stops = json.dumps([list(c) for c in _STOPS], separators=(",", ":"))
         return (
             f'<div class="attention-explorer" id="{uid}" '
-            f'data-titles="{html.escape(json.dumps(self.titles, ensure_ascii=False))}">'
+            f'data-titles="{html.escape(json.dumps(self.titles, ensure_ascii=False))}" data-stops="{stops}">'
             f"<style>{_CSS}</style>"
             f'<script type="application/json">{_json_for_html(data)}</script>'
             f"{controls}{''.join(parts)}"
             f'<p class="readout" id="{uid}-readout" aria-live="polite">Rows are queries, columns keys. '
             f"Hover over a cell, or focus the grid and use the arrow keys, to read its weight.</p>"
-            f"<script>{_JS.replace('__ID__', uid).replace('__STOPS__', stops_js)}</script></div>"
+            f"<script>{_JS}</script></div>"
         )
 
     def to_png(self) -> bytes:

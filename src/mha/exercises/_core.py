@@ -84,6 +84,7 @@ class Outcome:
     mutated: tuple[int, ...] = ()  # positions of the arguments the call changed
     trace: tuple[Op, ...] | None = None  # the call's operations, for exercises with an audit
     truncated: bool = False  # the trace holds only the first MAX_TRACE distinct operations
+    launches: int | None = None  # Triton kernels the call launched, for exercises that ask for one
 
 
 @dataclass
@@ -107,6 +108,11 @@ class Verdict:
 UNWATCHED = ("overrides", "DisableTorchFunction", "DisableTorchFunctionSubclass", "_disabled_torch_function_impl",
              "_pop_torch_function_stack", "_len_torch_function_stack", "_pop_mode", "_pop_mode_temporarily",
              "_push_mode", "_python_dispatch", "_disable_current_modes", "_pop_torch_dispatch_mode")
+
+
+# What a call that launched no Triton kernel is told, where the exercise asks for one.
+NO_KERNEL = ("right values, but no Triton kernel was launched: this exercise asks for the computation in "
+             "a @triton.jit kernel that the function launches (kernel[grid](...))")
 
 
 @dataclass
@@ -140,6 +146,13 @@ class Exercise:
     # what the student is asked, for exercises written outside the lessons (an instructor's
     # own file, see mha.exercises.load_exercises): shown in their student version
     statement: str = ""
+    # the statement asks for a Triton kernel: a call that launches none loses its check, right
+    # values or not (the launches are counted by mha._calls)
+    kernel: bool = False
+    # where the reference is not an answer the statement accepts (a kernel exercise's reference
+    # is plain torch, so that expected values need no Triton): the dotted name of a function
+    # that is, imported when asked for (see model_answer)
+    model: str = ""
 
     def __post_init__(self):
         if self.audit is not None:  # what could switch the recording off is refused before running
@@ -152,6 +165,21 @@ class Exercise:
     def mistake_name(self, index: int) -> str:
         """The stable name of mistake ``index`` in reports: its ``name``, else its place."""
         return self.mistakes[index].name or f"mistake {index + 1}"
+
+    @property
+    def write_it(self) -> str:
+        """What a message says to do instead of calling a function the exercise forbids."""
+        return "write it yourself, in the kernel" if self.kernel else "write it with torch operations"
+
+    def model_answer(self) -> Callable:
+        """An answer that gets full marks: the reference, or the function ``model`` names (the
+        answer key and the tests grade it)."""
+        if not self.model:
+            return self.reference
+        import importlib
+
+        module, _, name = self.model.rpartition(".")
+        return getattr(importlib.import_module(module), name)
 
     def public_cases(self) -> list[Case]:
         return self.public(torch.Generator().manual_seed(self.public_seed))
@@ -216,7 +244,7 @@ class Exercise:
                    else f"returned {outcome.value.describe(False)}")
             return fail(f"should raise {case.raises} here ({case.note or 'invalid input'}), but {got}")
         if outcome.status == "raised" and outcome.error_type == "ForbiddenCall":
-            return fail(FORBIDDEN_CALL)
+            return fail(f"{FORBIDDEN_CALL}: {self.write_it}")
         if outcome.status == "raised":
             return fail(f"raised {safe_error_name(outcome.error_type, False)}", outcome.error_message,
                         self._explain(case, outcome), shown=f"raised {outcome.error_type}")
@@ -237,6 +265,8 @@ class Exercise:
                 found = f"the checks could not follow how the result was computed ({type(e).__name__})"
             if found:
                 return fail(f"right values, computed the wrong way: {found}")
+        if self.kernel and not outcome.launches:
+            return fail(NO_KERNEL)
         return Verdict(True, "correct", case.hidden, False)
 
     def _explain(self, case: Case, outcome: Outcome) -> str | None:
@@ -263,9 +293,10 @@ class Exercise:
         return None if k is None else self.mistakes[k].hint
 
 
-# What a check says of a call that reached a forbidden function's stand-in.
+# How a check's message on a call that reached a forbidden function's stand-in begins (what to
+# do instead follows it: Exercise.write_it).
 FORBIDDEN_CALL = ("called a function graded code may not use (the course package, or one this "
-                  "exercise forbids): write it with torch operations")
+                  "exercise forbids)")
 
 
 # ----------------------------------------------------------------------------- both judges
@@ -296,6 +327,11 @@ def read_record(record, arrays: dict, n_args: int) -> Outcome:
     if "trace" in record:
         out.trace = _read_trace(record["trace"])
         out.truncated = record.get("truncated") is True
+    if "launches" in record:
+        n = record["launches"]
+        if type(n) is not int or not 0 <= n < 1 << 31:
+            raise MalformedResult("bad count of kernel launches")
+        out.launches = n
     return out
 
 

@@ -52,16 +52,17 @@ class CheckResult:
 
 
 def call_outcome(fn, args, noncontiguous: tuple[int, ...] = (), *, traps: tuple[str, ...] = (),
-                 trace: bool = False) -> Outcome:
+                 trace: bool = False, launches: bool = False) -> Outcome:
     """Call ``fn`` on ``args`` (a tuple, or a :class:`Case`, whose ``noncontiguous``
     arguments then arrive non-contiguous as in the grader) the way the grader's worker does
     (:func:`mha._calls.run_case`: the ``traps`` set, arguments watched, the operations
-    recorded when ``trace``) and read what happened as the grader reads it."""
+    recorded when ``trace``, Triton's kernel launches counted when ``launches``) and read what
+    happened as the grader reads it."""
     if isinstance(args, Case):
         args, noncontiguous = args.args, args.noncontiguous
     arrays: dict = {}
     record = _calls.run_case(fn, list(clone_args(tuple(args))), plain=_plain, arrays=arrays,
-                             noncontiguous=tuple(noncontiguous), traps=traps, trace=trace)
+                             noncontiguous=tuple(noncontiguous), traps=traps, trace=trace, launches=launches)
     try:
         return read_record(json.loads(json.dumps(record)), arrays, len(args))
     except (MalformedResult, TypeError, ValueError) as e:  # a value that cannot even be encoded
@@ -70,7 +71,13 @@ def call_outcome(fn, args, noncontiguous: tuple[int, ...] = (), *, traps: tuple[
 
 def run_public(ex: Exercise, fn) -> list[Outcome]:
     """The outcomes of ``fn`` on ``ex``'s public cases, under the exercise's rules."""
-    return [call_outcome(fn, c, traps=traps_of(ex), trace=ex.audit is not None) for c in ex.public_cases()]
+    if ex.kernel:  # Triton imported the course's way before the calls, so that launches are counted
+        try:
+            import mha.kernels  # noqa: F401
+        except ImportError:  # no Triton here, or one imported earlier another way: it runs as it is
+            pass
+    return [call_outcome(fn, c, traps=traps_of(ex), trace=ex.audit is not None, launches=ex.kernel)
+            for c in ex.public_cases()]
 
 
 def check(exercise_id: str, fn) -> CheckResult:
@@ -109,8 +116,8 @@ def _check(exercise_id: str, fn) -> CheckResult:
         print(f"  ! {sig} (the grader gives no points for a function with another signature)")
     used = _forbidden_in(fn, ex)
     if used:
-        msg = (f"uses {', '.join(used)}, which this exercise does not allow: write it with torch "
-               "operations (the grader gives no points otherwise)")
+        msg = (f"uses {', '.join(used)}, which this exercise does not allow: {ex.write_it} "
+               "(the grader gives no points otherwise)")
         result.problems.append(msg)
         print(f"  ! {msg}")
 
@@ -190,10 +197,22 @@ def _reached(fn, limit: int = 50) -> list:
             continue
         out.append(f)
         for name in _code_names(getattr(f, "__code__", None)):
-            obj = getattr(f, "__globals__", {}).get(name)
+            obj = _kernel_function(getattr(f, "__globals__", {}).get(name))
             if (inspect.isfunction(obj) or inspect.isclass(obj)) and getattr(obj, "__module__", None) == module:
                 todo.append(obj)
     return out
+
+
+def _kernel_function(obj):
+    """The Python function of a Triton kernel (``@triton.jit``, with ``@triton.autotune`` or
+    ``@triton.heuristics`` around it, or its interpreter's form), which the grader keeps and
+    checks as it does any helper; anything else as it is."""
+    for _ in range(4):
+        inner = getattr(obj, "fn", None) if type(obj).__module__.startswith("triton.") else None
+        if inner is None:
+            break
+        obj = inner
+    return obj
 
 
 def _code_names(code, depth: int = 0) -> list[str]:

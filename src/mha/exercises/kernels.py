@@ -3,11 +3,12 @@ preprocess kernel of the backward pass, and a causal attention kernel with maski
 to find and fix.
 
 The answers are Triton kernels with a launcher (a Python function that allocates the
-output and launches the kernel); the grader calls the launcher. The references below are
-plain torch, so that the checks stay quick and need no Triton; the correct answers that
-tests/alternatives/kernels.py holds against them are kernels, run by Triton's
-interpreter. Cases are small: the interpreter runs every program of a grid one after
-another.
+output and launches the kernel); the grader calls the launcher, and a call that launches
+no kernel loses its check (``kernel=True``). The references below are plain torch, so that
+the expected values need no Triton and come quickly; the model answers
+(``mha.kernels.answers``) and the correct answers in tests/alternatives/kernels.py are
+kernels, run by Triton's interpreter. Cases are small: the interpreter runs every program
+of a grid one after another.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import math
 import torch
 
 from ._core import Case, Exercise, Mistake
-from .heads import _int, _randn
+from .heads import NO_MHA, _int, _randn
+from .onehead import NO_SOFTMAX
 
 NEG_INF = float("-inf")
 
@@ -61,7 +63,9 @@ def _softmax_padding_counts(x):
 
 
 def _softmax_unguarded(x):
-    return torch.softmax(x.float(), dim=-1).to(x.dtype)        # NaN on an all -inf row
+    x32 = x.float()
+    e = torch.exp(x32 - x32.amax(dim=-1, keepdim=True))       # -inf - (-inf) = NaN on an all -inf row
+    return (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
 
 
 def _softmax_case(g, C, dtype=torch.float32, *, last="random", note=""):
@@ -104,7 +108,7 @@ ROW_SOFTMAX = Exercise(
     ),
     # dtypes=(): each case keeps the dtype it is drawn in (float32 and float16 cases); the
     # interpreter's time per kernel launch makes casting every case to every dtype costly.
-    forbidden=("mha", "torch.softmax"), dtypes=(),
+    forbidden=NO_SOFTMAX, dtypes=(), kernel=True, model="mha.kernels.answers.row_softmax",
 )
 
 
@@ -156,6 +160,7 @@ ATTENTION_DELTA = Exercise(
                 _delta_mean),
     ),
     forbidden=("mha",), dtypes=(),   # float32 and float16 cases, each as drawn
+    kernel=True, model="mha.kernels.answers.attention_delta",
 )
 
 
@@ -212,10 +217,6 @@ def _fix_top_left_only_left(q, k, v, is_causal):
     return _attention_with(q, k, v, is_causal, shift=0)
 
 
-def _fix_unchanged(q, k, v, is_causal):
-    return _attention_with(q, k, v, is_causal, shift=0, padding=True)
-
-
 def _fix_case(g, Tq, Tk, is_causal, d=16, note=""):
     return Case((_randn(g, Tq, d), _randn(g, Tk, d), _randn(g, Tk, d), is_causal), note=note)
 
@@ -254,10 +255,13 @@ FIXED_ATTENTION = Exercise(
                 _fix_padding_only_left),
         Mistake("the causal mask is aligned top-left (j <= i); with Tq != Tk it must be "
                 "bottom-right: query i sees keys j <= i + Tk - Tq", _fix_top_left_only_left),
-        Mistake("this is the kernel as the page gives it: both bugs are still there (the mask is "
-                "aligned top-left, and keys past Tk count as scores of 0)", _fix_unchanged),
     ),
-    forbidden=("mha", "scaled_dot_product_attention", "softmax"), dtypes=("float32",),
+    # The page's kernel as given is not a listed mistake: not causal, its answer is that of
+    # "keys past Tk", and causal with Tq < Tk, that of "top-left", whose hints it then gets
+    # (causal with Tq > Tk, its answer is its own, and gets none). A mistake of its own would
+    # share the answer of "keys past Tk" on every non-causal case, and hide that hint.
+    forbidden=tuple(dict.fromkeys(NO_SOFTMAX + NO_MHA + ("torch.nn.attention",))), dtypes=("float32",),
+    kernel=True, model="mha.kernels.answers.fixed_attention",
 )
 
 EXERCISES = (ROW_SOFTMAX, ATTENTION_DELTA, FIXED_ATTENTION)

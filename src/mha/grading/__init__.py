@@ -5,6 +5,6 @@ Modules: ``extract`` (read notebooks, keep what the exercises need), ``plain`` (
 that may cross back: the neutral ``mha._plain``, which the exercises use too), ``worker``
 (the sandboxed side), ``sandbox`` (starting and watching workers), ``grader`` (scoring),
 ``reports`` (table, JSON, CSV, Gradescope), ``autograder`` (the Gradescope zip),
-``answer_key`` (every exercise solved by its reference, as a lesson to grade). See
+``answer_key`` (every exercise solved by its model answer, as a lesson to grade). See
 book/grading.md.
 """

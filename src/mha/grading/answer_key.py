@@ -1,9 +1,10 @@
-"""The course's own answers as a submission: every exercise solved by its reference.
+"""The course's own answers as a submission: every exercise solved by its model answer (its
+reference, or for a kernel exercise the kernel that ``Exercise.model`` names).
 
 ``answer_key_markdown()`` writes a lesson in the course's exercise format (MyST Markdown,
 solutions between ``# BEGIN SOLUTION`` / ``# END SOLUTION``, a ``check`` cell after each)
-that solves every exercise with its reference implementation, each shipped with the
-helpers, imports and constants of its module that it uses. Graded, it must get full
+that solves every exercise with its model answer, each shipped with the helpers, imports
+and constants of its module that it uses. Graded, it must get full
 marks; turned into a student notebook, it gives a stub per exercise. Tests and
 benchmarks use it instead of a hand-written fixture, so a new exercise needs no edit.
 """
@@ -30,7 +31,7 @@ kernelspec:
 
 # Every exercise, solved
 
-Every exercise of the course, solved by its reference implementation. Made by
+Every exercise of the course, solved by its model answer. Made by
 `mha.grading.answer_key`; the grader's tests grade it and expect full marks.
 
 ```{code-cell} ipython3
@@ -101,15 +102,20 @@ def _with_markers(node, text: list[str], first: int) -> list[str]:
 
 
 def answer_key_markdown(exercises=None) -> str:
-    """A MyST lesson that solves ``exercises`` (default: all) with their references."""
+    """A MyST lesson that solves ``exercises`` (default: all) with their model answers: the
+    references, or for an exercise that asks for a Triton kernel, the kernel its ``model``
+    names."""
     from mha.exercises import select
 
     exercises = exercises or select()
-    blocks = [HEADER]
+    header = HEADER
+    if any(ex.kernel for ex in exercises):  # Triton's interpreter where there is no GPU, chosen before Triton loads
+        header = header.replace("from mha.exercises import check\n", "import mha.kernels\nfrom mha.exercises import check\n")
+    blocks = [header]
     defined: dict[str, tuple[str, str]] = {}  # name -> (source, exercise id)
     for ex in exercises:
         label = "key-" + ex.id.replace(".", "-").replace("_", "-")
-        chunks = source_chunks(ex.reference, ex.function, markers=True)
+        chunks = source_chunks(ex.model_answer(), ex.function, markers=True)
         for bound, text in chunks:
             earlier = defined.setdefault(bound, (text, ex.id))
             if bound and earlier[0] != text and not text.startswith(("import ", "from ")):

@@ -216,7 +216,7 @@ def _exercise(ex: Exercise, answers: list[ExerciseReport | None], totals: list[f
     status = {s: sum(a.status == s for a, _, _ in present) for s in STATUSES}
     graded = [(a, r) for a, _, r in present if a.status == "graded"]
     wrong = [(a, r) for a, r in graded if a.score < a.max_score]
-    forbidden_calls = sum(any(not c.passed and c.message == FORBIDDEN_CALL for c in a.checks) for a, _ in graded)
+    forbidden_calls = sum(any(not c.passed and c.message.startswith(FORBIDDEN_CALL) for c in a.checks) for a, _ in graded)
 
     made: Counter = Counter()
     diagnosed: Counter = Counter()

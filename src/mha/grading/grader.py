@@ -115,7 +115,7 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
         used = forbidden_uses(ast.Module(body=info.statements, type_ignores=[]), ex.forbidden)
         if used:
             results[i] = _zero(ex, "forbidden", f"{ex.function} uses {', '.join(used)}, which this exercise "
-                               "does not allow: write it with torch operations")
+                               f"does not allow: {ex.write_it}")
             continue
         cases = ex.public_cases() + ex.hidden_cases((seed + 7919 * (i + 1)) % (1 << 62))
         to_run.append((i, ex, cases))
@@ -128,8 +128,8 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
             user = sandbox.unprivileged_user(slot)
             hide = sandbox.hidden_candidates([*sandbox.course_dirs(), str(Path(path).resolve().parent),
                                               *exercise_dirs(ex for _, ex, _ in to_run)])
-            jobs = [{"index": i, "function": ex.function, "traps": _traps(ex), "trace": ex.audit is not None}
-                    for i, ex, _ in to_run]
+            jobs = [{"index": i, "function": ex.function, "traps": _traps(ex), "trace": ex.audit is not None,
+                     "launches": ex.kernel} for i, ex, _ in to_run]
             run = sandbox.run_job(jobdir, jobs, limits, hide=hide, user=user)
             load = _read_json(jobdir / "out" / "load.json")
             for err in (load or {}).get("errors", [])[:5] if isinstance(load, dict) else []:

@@ -244,6 +244,11 @@ def run(jobdir: str, cfg, progress_fd: int, plain, calls=None) -> None:
         except OSError:
             pass
 
+    if any(job.get("launches") for job in cfg["run"]):
+        try:  # before the submission, so that its kernel launches can be counted (mha/_calls.py)
+            import triton  # noqa: F401  (TRITON_INTERPRET=1 is in the environment: its interpreter)
+        except Exception:
+            pass
     out = os.path.join(jobdir, "out")
     ns = {"__name__": "__main__", "__builtins__": builtins}
     load_errors = []
@@ -275,7 +280,8 @@ def run(jobdir: str, cfg, progress_fd: int, plain, calls=None) -> None:
             for case, strided in zip(spec["cases"], layouts):
                 args = [plain.decode_input(a, arrays) for a in case]
                 results.append(run_case(fn, args, plain=plain, arrays=out_arrays, noncontiguous=tuple(strided),
-                                        traps=job.get("traps", []), trace=bool(job.get("trace"))))
+                                        traps=job.get("traps", []), trace=bool(job.get("trace")),
+                                        launches=bool(job.get("launches"))))
         index, data = plain.pack(out_arrays)
         _write(os.path.join(out, f"{i}.bin"), data)
         _write(os.path.join(out, f"{i}.json"), json.dumps({"results": results, "arrays": index}).encode())
