@@ -1,4 +1,4 @@
-"""The ``mha`` command: ``grade``, ``notebooks``, ``autograder`` and ``bench``."""
+"""The ``mha`` command: ``grade``, ``assign``, ``notebooks``, ``autograder`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -31,7 +31,21 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--exercise-timeout", type=float, default=10.0, metavar="S")
     g.add_argument("--submission-timeout", type=float, default=120.0, metavar="S")
     g.add_argument("--details", action="store_true", help="print every failed check")
+    g.add_argument("--report", metavar="DIR",
+                   help="write the class report: DIR/class-report.html (one offline page) and DIR/class-report.csv")
+    g.add_argument("--pseudonymise", "--pseudonymize", action="store_true",
+                   help="in the class report, show students under pseudonyms (student 01, ...) in a random order")
+    g.add_argument("--site-url", metavar="URL",
+                   help="address of the course website, for the class report's links to lesson sections")
+    g.add_argument("--exercises", metavar="FILE", action="append",
+                   help="grade the exercises defined in FILE, an instructor's own Python file (repeatable); "
+                        "with --only, choose among them and the course's")
     g.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+
+    s = sub.add_parser("assign", help="make the student version of an instructor's exercise file")
+    s.add_argument("file", metavar="FILE", help="the instructor's Python file of exercises")
+    s.add_argument("--out", required=True, metavar="DIR",
+                   help="where to write FILE's student version (.json) and a student notebook (.ipynb)")
 
     n = sub.add_parser("notebooks", help="write clean student notebooks (.ipynb) from the lessons")
     n.add_argument("--out", required=True, metavar="DIR")
@@ -40,12 +54,25 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("autograder", help="build a Gradescope autograder zip")
     a.add_argument("--out", required=True, metavar="FILE.zip")
     a.add_argument("--only", action="append", metavar="ID", help="exercises this assignment grades")
+    a.add_argument("--exercises", metavar="FILE", action="append",
+                   help="an instructor's own exercise file to grade (repeatable), as for mha grade")
 
     sub.add_parser("bench", help="run the benchmarks (mha.benchmark)")
     args = parser.parse_args(argv)
 
     if args.command == "grade":
         return _grade(args)
+    if args.command == "assign":
+        from mha.exercises import ExerciseFileError, write_student_version
+
+        try:
+            paths = write_student_version(args.file, args.out)
+        except (OSError, ExerciseFileError) as e:
+            print(f"mha assign: {e}", file=sys.stderr)
+            return 2
+        for p in paths:
+            print(p)
+        return 0
     if args.command == "notebooks":
         from mha.notebooks import write_student_notebooks
 
@@ -61,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         from mha.grading.autograder import build_zip
 
         try:
-            print(build_zip(args.out, only=args.only))
+            print(build_zip(args.out, only=args.only, exercises=args.exercises))
         except (OSError, ValueError) as e:
             print(f"mha autograder: {e}", file=sys.stderr)
             return 2
@@ -72,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 def _grade(args) -> int:
     from pathlib import Path
 
-    from mha.exercises import select
+    from mha.exercises import ExerciseFileError, load_exercises, select
     from mha.grading import reports
     from mha.grading.grader import expand, grade_many
     from mha.grading.sandbox import Limits
@@ -81,8 +108,19 @@ def _grade(args) -> int:
     if missing:
         print(f"mha grade: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
+    own = []
+    for file in args.exercises or []:
+        if Path(file).suffix == ".json":
+            print(f"mha grade: --exercises {file}: that is a student version (no reference, no hidden checks); "
+                  "grade with the instructor's .py file", file=sys.stderr)
+            return 2
+        try:
+            own += load_exercises(file)
+        except ExerciseFileError as e:
+            print(f"mha grade: --exercises: {e}", file=sys.stderr)
+            return 2
     try:
-        exercises = select(args.only)
+        exercises = select(args.only) if args.only or not own else own
     except ValueError as e:
         print(f"mha grade: --only: {e}", file=sys.stderr)
         return 2
@@ -113,6 +151,13 @@ def _grade(args) -> int:
         reports.write_csv(reports_, exercises, args.csv)
     if args.gradescope:
         reports.write_gradescope(reports_, args.gradescope)
+    if args.report:
+        from mha.grading import classreport
+
+        site = args.site_url or classreport.local_site()
+        page, table = classreport.write(classreport.build(reports_, exercises, pseudonymise=args.pseudonymise,
+                                                          site_url=site), args.report)
+        print(f"class report: {page} and {table}", file=sys.stderr)
     return 0
 
 

@@ -59,5 +59,7 @@ def select(patterns: list[str] | None = None) -> list[Exercise]:
     return chosen
 
 
+from ._load import ExerciseFileError, load_exercises, write_student_version  # noqa: E402 - needs EXERCISES
+
 __all__ = ["check", "CheckResult", "EXERCISES", "get", "select", "Exercise", "Case", "Mistake",
-           "Op", "Outcome", "Verdict"]
+           "Op", "Outcome", "Verdict", "load_exercises", "write_student_version", "ExerciseFileError"]

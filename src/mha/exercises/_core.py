@@ -48,10 +48,16 @@ class Case:
 
 @dataclass
 class Mistake:
-    """A classic wrong answer: ``wrong(*args)`` computes it; ``hint`` explains it."""
+    """A classic wrong answer: ``wrong(*args)`` computes it; ``hint`` explains it.
+
+    ``name``: a short, stable name for reports (default: its place in the exercise's list,
+    "mistake 1", "mistake 2", ...); ``section``: where the point is taught, for the class
+    report's link (a URL, or ``"<lesson>#<anchor>"`` for the course's lessons)."""
 
     hint: str
     wrong: Callable
+    name: str = ""
+    section: str = ""
 
 
 class Op(NamedTuple):
@@ -88,6 +94,8 @@ class Verdict:
     hidden: bool = False
     raises: bool = False
     neutral: str = ""     # the message without details: what the grader shows for this check
+    mistake: int | None = None  # the index in Exercise.mistakes of the mistake the answer makes
+    explained: bool = False     # the hint comes from the exercise's ``explain`` (no listed mistake)
 
     def __post_init__(self):
         if not self.neutral:
@@ -135,6 +143,9 @@ class Exercise:
     # parameters the statement allows the function to change; every other argument must
     # come back as it was (values, and no in-place operation on it)
     may_modify: tuple[str, ...] = ()
+    # what the student is asked, for exercises written outside the lessons (an instructor's
+    # own file, see mha.exercises.load_exercises): shown in their student version
+    statement: str = ""
     # the statement asks for a Triton kernel: a call that launches none loses its check, right
     # values or not (the launches are counted by mha._calls)
     kernel: bool = False
@@ -150,6 +161,10 @@ class Exercise:
     @property
     def signature(self) -> str:
         return f"{self.function}({', '.join(self.params)})"
+
+    def mistake_name(self, index: int) -> str:
+        """The stable name of mistake ``index`` in reports: its ``name``, else its place."""
+        return self.mistakes[index].name or f"mistake {index + 1}"
 
     @property
     def write_it(self) -> str:
@@ -199,13 +214,14 @@ class Exercise:
         grader shows; ``message`` adds the details when ``reveal``."""
         reveal = (not case.hidden) if reveal is None else reveal
 
-        def fail(problem: str, detail: str = "", hint: str | None = None, shown: str | None = None) -> Verdict:
+        def fail(problem: str, detail: str = "", hint: str | None = None, shown: str | None = None,
+                 mistake: int | None = None) -> Verdict:
             neutral = _with_hint(problem, hint) if hint else problem
             shown = shown if (reveal and shown) else problem
             if reveal and detail:
                 shown = f"{shown}: {detail}"
             return Verdict(False, _with_hint(shown, hint) if hint else shown, case.hidden,
-                           case.raises is not None, neutral)
+                           case.raises is not None, neutral, mistake, bool(hint) and mistake is None)
 
         if outcome.status == "missing":
             return fail(outcome.reason or "no result came back")
@@ -228,8 +244,7 @@ class Exercise:
                    else f"returned {outcome.value.describe(False)}")
             return fail(f"should raise {case.raises} here ({case.note or 'invalid input'}), but {got}")
         if outcome.status == "raised" and outcome.error_type == "ForbiddenCall":
-            return fail("called a function graded code may not use (the course package, or one this "
-                        f"exercise forbids): {self.write_it}")
+            return fail(f"{FORBIDDEN_CALL}: {self.write_it}")
         if outcome.status == "raised":
             return fail(f"raised {safe_error_name(outcome.error_type, False)}", outcome.error_message,
                         self._explain(case, outcome), shown=f"raised {outcome.error_type}")
@@ -239,8 +254,10 @@ class Exercise:
         expected = self.expected(case) if expected is None else expected
         ok, problem, detail = compare(self.answer, expected, outcome.value)
         if not ok:
-            hint = self._mistake_hint(case, outcome.value, mistake_values) or self._explain(case, outcome)
-            return fail(problem, detail, hint)
+            k = self._named_mistake(case, outcome.value, mistake_values)
+            if k is not None:
+                return fail(problem, detail, self.mistakes[k].hint, mistake=k)
+            return fail(problem, detail, self._explain(case, outcome))
         if self.audit is not None:
             try:
                 found = self.audit(case, outcome.trace or ())
@@ -260,14 +277,26 @@ class Exercise:
         except Exception:  # a hint must never break grading
             return None
 
-    def _mistake_hint(self, case: Case, got: Value, values: list | None = None) -> str | None:
-        """The hint of the listed mistake whose answer ``got`` is. None when no listed mistake
-        gives that answer, or when mistakes with different hints give it on this case (the
-        answer then cannot tell them apart, and naming one could name the wrong one)."""
+    def _named_mistake(self, case: Case, got: Value, values: list | None = None) -> int | None:
+        """The index of the listed mistake whose answer ``got`` is (the first, where several
+        with one hint give it). None when no listed mistake gives that answer, or when
+        mistakes with different hints give it on this case (the answer then cannot tell
+        them apart, and naming one could name the wrong one)."""
         values = self.mistake_values(case) if values is None else values
-        hints = {m.hint for m, wrong in zip(self.mistakes, values)
-                 if wrong is not None and compare(self.answer, wrong, got)[0]}
-        return hints.pop() if len(hints) == 1 else None
+        found = [k for k, (m, wrong) in enumerate(zip(self.mistakes, values))
+                 if wrong is not None and compare(self.answer, wrong, got)[0]]
+        return found[0] if len({self.mistakes[k].hint for k in found}) == 1 else None
+
+    def _mistake_hint(self, case: Case, got: Value, values: list | None = None) -> str | None:
+        """The hint of :meth:`_named_mistake`, or None."""
+        k = self._named_mistake(case, got, values)
+        return None if k is None else self.mistakes[k].hint
+
+
+# How a check's message on a call that reached a forbidden function's stand-in begins (what to
+# do instead follows it: Exercise.write_it).
+FORBIDDEN_CALL = ("called a function graded code may not use (the course package, or one this "
+                  "exercise forbids)")
 
 
 # ----------------------------------------------------------------------------- both judges

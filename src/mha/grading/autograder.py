@@ -50,13 +50,28 @@ def project_root() -> Path:
                      "src/mha not found above the installed package)")
 
 
-def build_zip(out, *, only: list[str] | None = None, root: Path | None = None) -> Path:
-    """Write the autograder zip to ``out``; ``only`` restricts the exercises it grades."""
-    from mha.exercises import select
+def build_zip(out, *, only: list[str] | None = None, root: Path | None = None,
+              exercises: list | None = None) -> Path:
+    """Write the autograder zip to ``out``; ``only`` restricts the exercises it grades;
+    ``exercises`` are instructors' own exercise files (checked now, as ``mha grade
+    --exercises`` does, and graded on Gradescope from ``exercises/`` in the zip)."""
+    from mha.exercises import load_exercises, select
+    from mha.exercises._load import unregister
 
-    select(only)  # fail now, not on Gradescope, if a pattern matches nothing
+    files = [Path(f) for f in exercises or []]
+    names = [f.name for f in files]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two exercise files have the same name: {', '.join(sorted(names))}")
+    try:
+        for f in files:
+            load_exercises(f)
+        select(only)  # fail now, not on Gradescope, if a pattern matches nothing
+    finally:
+        for f in files:
+            unregister(f)
     root = root or project_root()
-    flags = " ".join(f"--only {shlex.quote(o)}" for o in (only or []))
+    flags = " ".join([f"--only {shlex.quote(o)}" for o in (only or [])]
+                     + [f"--exercises /autograder/source/exercises/{shlex.quote(n)}" for n in names])
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
@@ -68,6 +83,8 @@ def build_zip(out, *, only: list[str] | None = None, root: Path | None = None) -
         for path in sorted((root / "src" / "mha").rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 z.write(path, f"course/{path.relative_to(root)}")
+        for f in files:
+            z.write(f, f"exercises/{f.name}")
     return out
 
 

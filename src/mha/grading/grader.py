@@ -16,6 +16,7 @@ or exception texts (those could carry data read from disk), nor reference code.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import queue
@@ -46,6 +47,8 @@ class CheckReport:
     passed: bool
     message: str
     hidden: bool
+    mistake: str | None = None  # the name of the listed mistake the answer makes here (Exercise.mistake_name)
+    explained: bool = False     # the message's hint comes from the exercise's own diagnosis (``explain``)
 
 
 @dataclass
@@ -58,6 +61,7 @@ class ExerciseReport:
     status: str        # graded, not attempted, missing, wrong signature, forbidden, timeout, crashed, unreadable
     message: str = ""
     checks: list[CheckReport] = field(default_factory=list)
+    seconds: float | None = None  # how long the submission's function ran on the checks (None: it did not run)
 
 
 @dataclass
@@ -118,11 +122,12 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
 
     if to_run:
         base = Path(tmp_root or tempfile.gettempdir())
-        jobdir = Path(tempfile.mkdtemp(prefix="job-", dir=base))
+        jobdir = Path(tempfile.mkdtemp(prefix=f"job-{sub.student[:60]}-", dir=base))
         try:
             _prepare(jobdir, stmts, to_run)
             user = sandbox.unprivileged_user(slot)
-            hide = sandbox.hidden_candidates([*sandbox.course_dirs(), str(Path(path).resolve().parent)])
+            hide = sandbox.hidden_candidates([*sandbox.course_dirs(), str(Path(path).resolve().parent),
+                                              *exercise_dirs(ex for _, ex, _ in to_run)])
             jobs = [{"index": i, "function": ex.function, "traps": _traps(ex), "trace": ex.audit is not None,
                      "launches": ex.kernel} for i, ex, _ in to_run]
             run = sandbox.run_job(jobdir, jobs, limits, hide=hide, user=user)
@@ -135,8 +140,10 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
                 if status != "done":
                     kind = "timeout" if "timed out" in status or "time limit" in status else "crashed"
                     results[i] = _zero(ex, kind, status)
+                    results[i].seconds = run.seconds.get(i)
                     continue
                 results[i] = _judge(ex, cases, jobdir / "out", i)
+                results[i].seconds = run.seconds.get(i)
         finally:
             if not os.environ.get("MHA_GRADER_KEEP"):
                 shutil.rmtree(jobdir, ignore_errors=True)
@@ -153,6 +160,31 @@ def _zero(ex: Exercise, status: str, message: str) -> ExerciseReport:
 
 def _traps(ex: Exercise) -> list[str]:
     return traps_of(ex)
+
+
+def exercise_dirs(exercises) -> list[str]:
+    """The folders of the files that define ``exercises``' references (an instructor's own
+    file, see ``mha.exercises.load_exercises``): hidden from the worker like the course's."""
+    dirs = []
+    for ex in exercises:
+        try:
+            folder = _source_dir(ex.reference)
+        except TypeError:  # a reference that cannot be hashed
+            folder = _source_dir.__wrapped__(ex.reference)
+        if folder and folder not in dirs:
+            dirs.append(folder)
+    return dirs
+
+
+@functools.lru_cache(maxsize=None)
+def _source_dir(fn) -> str | None:
+    import inspect
+
+    try:
+        source = inspect.getsourcefile(fn)
+    except TypeError:  # a builtin, or a callable object
+        source = getattr(inspect.getmodule(type(fn)), "__file__", None)
+    return str(Path(source).resolve().parent) if source else None
 
 
 def _prepare(jobdir: Path, stmts, to_run) -> None:
@@ -235,7 +267,9 @@ def _judge(ex: Exercise, cases, out: Path, i: int) -> ExerciseReport:
     n_public = sum(not c.hidden for c in cases)
     for k, (case, v) in enumerate(zip(cases, verdicts)):
         name = (f"hidden check {k - n_public + 1}" if case.hidden else f"public check {k + 1}")
-        checks.append(CheckReport(name, v.passed, "correct" if v.passed else v.neutral, case.hidden))
+        mistake = None if v.passed or v.mistake is None else ex.mistake_name(v.mistake)
+        checks.append(CheckReport(name, v.passed, "correct" if v.passed else v.neutral, case.hidden, mistake,
+                                  not v.passed and v.explained))
     passed = sum(c.passed for c in checks)
     score = round(ex.points * passed / len(checks), 2)
     msg = f"{passed} of {len(checks)} checks pass"
@@ -309,4 +343,9 @@ def grade_many(paths, exercises=None, *, limits=None, jobs: int = 2, seed: int |
     finally:
         torch.set_num_threads(threads)
         sandbox.stop_zygotes()
-        shutil.rmtree(tmp_root, ignore_errors=True)
+        if os.environ.get("MHA_GRADER_KEEP"):
+            import sys
+
+            print(f"MHA_GRADER_KEEP: the job folders are kept in {tmp_root}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp_root, ignore_errors=True)

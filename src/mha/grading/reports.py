@@ -53,7 +53,8 @@ def details(report: SubmissionReport) -> str:
 
 
 def write_json(reports: list[SubmissionReport], exercises: list[Exercise], path) -> None:
-    data = {"exercises": [{"id": e.id, "title": e.title, "lesson": e.lesson, "points": e.points}
+    data = {"exercises": [{"id": e.id, "title": e.title, "lesson": e.lesson, "points": e.points,
+                           "mistakes": [{"name": e.mistake_name(k), "hint": m.hint} for k, m in enumerate(e.mistakes)]}
                           for e in exercises],
             "submissions": [r.as_dict() for r in reports]}
     Path(path).write_text(json.dumps(data, indent=2))

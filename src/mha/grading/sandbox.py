@@ -55,6 +55,9 @@ class RunReport:
 
     status: dict[int, str] = field(default_factory=dict)
     restarts: int = 0
+    # wall-clock seconds each exercise ran, from its start line to its done line (or to its
+    # time limit), as the watcher saw them: for reports only, never for scoring
+    seconds: dict[int, float] = field(default_factory=dict)
 
 
 FIRST_UID = 62000  # workers grading at the same time run as 62000, 62001, ...
@@ -142,7 +145,7 @@ def run_job(jobdir: Path, jobs: list[dict], limits: Limits, *, hide: list[str], 
             for j in pending:
                 report.status[j["index"]] = "the submission ran past its total time limit"
             break
-        outcome = _one_worker(jobdir, pending, limits, hide, user, left)
+        outcome = _one_worker(jobdir, pending, limits, hide, user, left, report.seconds)
         started_any = False
         for j in pending:
             st = outcome.get(j["index"])
@@ -160,9 +163,10 @@ def run_job(jobdir: Path, jobs: list[dict], limits: Limits, *, hide: list[str], 
     return report
 
 
-def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budget_s: float) -> dict:
+def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budget_s: float,
+                seconds: dict | None = None) -> dict:
     """Start one worker for ``jobs``; return {index: "done" or reason} for the exercises it
-    reached, and {-1: reason} when it reached none."""
+    reached, and {-1: reason} when it reached none. ``seconds`` gets how long each ran."""
     work = jobdir / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
@@ -195,7 +199,8 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
     result: dict[int, str] = {}
     t0 = time.monotonic()
     hard_deadline = t0 + budget_s
-    watch = _Progress(jobs, limits, deadline=t0 + min(limits.startup_s, budget_s))
+    watch = _Progress(jobs, limits, deadline=t0 + min(limits.startup_s, budget_s),
+                      seconds=seconds if seconds is not None else {})
     try:
         while True:
             now = time.monotonic()
@@ -208,6 +213,7 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
                     continue
                 if watch.current is not None:
                     result[watch.current] = f"timed out (limit {limits.exercise_s:g} s)"
+                    watch.stop(watch.current)
                 elif not result:
                     result[-1] = ("the submission's code did not finish loading in time (limit "
                                   f"{limits.startup_s:g} s): remove long-running code outside functions")
@@ -241,6 +247,7 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
         if current is not None and current not in result:
             why = _exit_reason(code)
             result[current] = f"the process ended while this exercise ran ({why})"
+            watch.stop(current)
         elif not result and -1 not in result:
             result[-1] = f"the submission could not be loaded ({_exit_reason(code)})"
     finally:
@@ -262,8 +269,10 @@ class _Progress:
     """The watcher's reading of the worker's progress lines: ``P pid`` (the PID 1 of its
     namespace), ``S i`` (exercise i started) and ``D i`` (its results are written)."""
 
-    def __init__(self, jobs, limits: Limits, *, deadline: float):
+    def __init__(self, jobs, limits: Limits, *, deadline: float, seconds: dict | None = None):
         self.indexes = {j["index"] for j in jobs}
+        self.seconds = {} if seconds is None else seconds  # index -> seconds it ran
+        self.started = 0.0
         self.limits = limits
         self.deadline = deadline
         self.current = None
@@ -285,11 +294,17 @@ class _Progress:
                 self.inner_pid = n
             elif kind == "S" and n in self.indexes and n not in result:
                 self.current = n
-                self.deadline = time.monotonic() + self.limits.exercise_s
+                self.started = time.monotonic()
+                self.deadline = self.started + self.limits.exercise_s
             elif kind == "D" and n == self.current:
                 result[n] = "done"
+                self.stop(n)
                 self.current = None
                 self.deadline = time.monotonic() + self.limits.exercise_s
+
+    def stop(self, n: int) -> None:
+        """Exercise ``n`` has ended (done, timed out, or its process died): note its time."""
+        self.seconds[n] = round(time.monotonic() - self.started, 4)
 
     def drain(self, fd: int, result: dict) -> None:
         """Read whatever the pipe holds now, without waiting (at most MAX_DRAIN_BYTES)."""
