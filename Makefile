@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NBDIR  := _build/nbtest
 
-.PHONY: venv book site notebooks nbval seeds test test-lib test-gpu lab bench constraints clean
+.PHONY: venv book site notebooks nbval seeds test test-lib test-the-tests test-gpu lab bench constraints clean
 
 venv: $(STAMP)
 
@@ -71,6 +71,12 @@ test: $(STAMP)
 # "site"): a quick run while editing src/.
 test-lib: $(STAMP)
 	$(BIN)/python -m pytest tests -n 2 -m "not site"
+
+# The grader's own tests (tests/test_the_tests.py) on 400 hidden draws of every exercise instead
+# of the 50 that `make test` runs: every correct answer full marks, every listed mistake and
+# held-out wrong answer a loss, on every draw. Minutes; .ci/run calls it after `make test`.
+test-the-tests: $(STAMP)
+	MHA_TEST_SEEDS=400 $(BIN)/python -m pytest tests/test_the_tests.py -n 2 -p no:cacheprovider
 
 # The Triton kernels of lesson 14 at the lengths a GPU reaches (T = 4096 to 16384), and their
 # peak memory against SDPA's; on a machine without a CUDA GPU every test is skipped. `make
