@@ -160,21 +160,23 @@ def uses_site(item) -> bool:
     return "built_site" in item.fixturenames
 
 
-# The longest files first (seconds alone, roughly), the others after them in file order;
-# the files that need the site after all others, as they wait for the build. Both workers
-# should run out of work together: a long file taken last keeps one worker busy while the
-# other has nothing left to do.
-LONGEST_FIRST = ["test_the_tests.py",  # 60
-                 "test_grader.py", "test_exercises_notebooks.py", "test_grader_speed.py"]  # 15-20
-SITE_FILES_LONGEST_FIRST = ["test_site_pages.py", "test_site_pages_2.py",  # 50-60 each
-                            "test_site_browser.py", "test_student_path.py",  # 15-25
-                            "test_executed_notebooks.py", "test_site.py"]
+# The order of the files. Both workers should run out of work together: a long file taken
+# last keeps one worker busy while the other has nothing left to do. The student's path comes
+# first: its worker waits for the build (the CPU goes to the build meanwhile) and then walks
+# it, a minute of one worker, while the other runs the library's tests. Then the longest
+# files (seconds alone, roughly), the others in file order, and the files that need the site
+# last, as they wait for the build: two halves of the pages, one per worker, then the short ones.
+FIRST = ["test_student_path.py"]  # 60, once the site is built
+LONGEST_FIRST = ["test_the_tests.py",  # 35
+                 "test_grader.py", "test_exercises_notebooks.py", "test_grader_speed.py"]  # 10-15
+SITE_FILES_LONGEST_FIRST = ["test_site_pages.py", "test_site_pages_2.py",  # 80 and 70
+                            "test_site_browser.py", "test_executed_notebooks.py", "test_site.py"]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
     """Tests that need the built site are marked ``site`` (``-m "not site"`` leaves them
-    out). Files are ordered as LONGEST_FIRST and SITE_FILES_LONGEST_FIRST say."""
+    out). Files are ordered as FIRST, LONGEST_FIRST and SITE_FILES_LONGEST_FIRST say."""
     site_files = set()
     for item in items:
         if uses_site(item):
@@ -182,9 +184,11 @@ def pytest_collection_modifyitems(session, config, items):
             site_files.add(item.path)
 
     def rank(item):
-        order = SITE_FILES_LONGEST_FIRST if item.path in site_files else LONGEST_FIRST
         name = item.path.name
-        return item.path in site_files, order.index(name) if name in order else len(order)
+        if name in FIRST:
+            return 0, FIRST.index(name)
+        order = SITE_FILES_LONGEST_FIRST if item.path in site_files else LONGEST_FIRST
+        return 1 + (item.path in site_files), order.index(name) if name in order else len(order)
 
     items.sort(key=rank)  # stable: the same order in every worker
 

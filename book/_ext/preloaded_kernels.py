@@ -98,7 +98,12 @@ def _become_kernel(argv: list[str], env: dict[str, str], cwd: str | None) -> Non
     without running the parent's exit handlers."""
     code = 1
     try:
-        os.setsid()  # its own process group, as jupyter_client starts a kernel
+        # Its own process group, which jupyter_client signals (an interrupt, a shutdown), in the
+        # parent's session: not a new one, as jupyter_client's own kernels get (setsid). Linux
+        # shares the CPU equally between sessions (autogroups) before niceness counts, so a
+        # kernel in a session of its own would get as much CPU as the whole test run beside the
+        # build, and the niceness that the tests take (tests/conftest.py) would not help it.
+        os.setpgid(0, 0)
         _forget_signal_handlers()
         stdin = os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)
