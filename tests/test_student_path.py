@@ -1,9 +1,10 @@
 """A student's path, as a new user walks it: from the built website only, into an empty
 folder and a fresh virtual environment, install the package the site offers, run a
-downloaded student notebook headlessly from top to bottom, run every lesson's imports, then
-answer every lesson's exercises, run them with the checks (all lessons in one kernel, one
-after another), and grade the answered notebooks with the grader of the installed package. (The lessons' own code, above their exercises, runs in
-the site build; running it a second time here would double the suite's cost.)
+downloaded student notebook headlessly from top to bottom, then answer every lesson's
+exercises and run each lesson's imports and exercises with the checks (the lessons one after
+another in a shared kernel), and grade the answered notebooks with the grader of the
+installed package. (The lessons' own code, above their exercises, runs in the site build;
+running it a second time here would double the suite's cost.)
 
 The website offers, next to each lesson's student notebook, the `mha` wheel that `make book`
 builds, and the page "How to use this course" gives the command that installs it. Here the
