@@ -7,12 +7,18 @@ The kernels are in ``mha/kernels/attention.py``; this file checks the input, lau
 and ties them to autograd:
 
 - forward: one program per (query block, head) runs lesson 10's online softmax over the
-  key blocks it may see, and saves one number per query row, the log-sum-exp L_i;
+  key blocks it may see, and saves two numbers per query row (``RowStats``): the row's
+  largest score and the inverse of its sum of exponentials;
 - backward: D_i = rowsum(dO_i * O_i) first (a small kernel), then one program per key
-  block accumulates dK and dV over the query blocks, and one program per query block
-  accumulates dQ over the key blocks. Each recomputes the probabilities P = exp(S - L)
-  tile by tile from the saved L, so neither direction ever holds a (Tq, Tk) matrix; the
-  extra memory is O(Tq) per head (L and D).
+  block visits the query blocks that see it, recomputes P tile by tile from the saved
+  numbers, accumulates dK and dV, and adds its share of dQ into a float32 buffer with
+  atomic additions: FlashAttention-2's five matrix products per tile. Neither direction
+  holds a (Tq, Tk) matrix; the extra memory is O(Tq) per head (the row statistics and D),
+  plus dQ in float32 while the backward runs.
+
+The backward is differentiable once: asking for a second derivative through it (a gradient
+penalty, a Hessian-vector product) raises an error, rather than silently dropping the
+second-order terms.
 
 Semantics are those of ``mha.scaled_dot_product_attention``: scale default 1 / sqrt(d),
 causal masks aligned bottom-right (query i sees keys j <= i + Tk - Tq), and a query row
@@ -36,8 +42,10 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ._checks import check_tensor
 
@@ -61,7 +69,7 @@ def flash_attention(q, k, v, *, is_causal=False, scale=None):
     Returns:
         out (B, h, Tq, d) in q's dtype: the same numbers as
         ``mha.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)[0]``
-        up to rounding, differentiable with respect to q, k and v.
+        up to rounding, differentiable (once) with respect to q, k and v.
 
     Raises:
         TypeError / ValueError naming the argument for bad input; ImportError where Triton
@@ -99,8 +107,13 @@ def _check(q, k, v, is_causal, scale) -> float:
         if t.shape[:2] != q.shape[:2]:
             raise ValueError(f"{name} must have q's batch and head dimensions {tuple(q.shape[:2])}, got "
                              f"{tuple(t.shape[:2])} (shape {tuple(t.shape)}); flash_attention does not broadcast")
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"q, k and v are on {q.device}: flash_attention runs on cpu (in Triton's interpreter) "
+                         "or on cuda")
     if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__} ({is_causal!r})")
+        kind = type(is_causal)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        raise TypeError(f"is_causal must be a bool (True or False), got {name} ({is_causal!r})")
     if scale is None:
         return 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
@@ -174,15 +187,29 @@ def _fixed_blocks(blocks: Blocks | None) -> Blocks | None:
     return INTERPRETER_BLOCKS if interpreted() else None
 
 
-def _launch(kernel, n_rows: int, block_name: str, heads: int, args, constants, blocks: Blocks | None):
+# CUDA allows at most 65,535 programs along grid axes 1 and 2; the heads go on axis 1, so a
+# launch takes at most this many heads at a time (the interpreter has no such limit).
+MAX_HEADS_PER_LAUNCH = 65535
+
+
+def _launch(kernel, n_rows: int, block_name: str, args, constants, blocks: Blocks | None):
     """Launch ``kernel`` over (blocks of ``n_rows`` rows, heads); ``block_name`` says which
-    block size cuts the rows ("BLOCK_M" for queries, "BLOCK_N" for keys)."""
+    block size cuts the rows ("BLOCK_M" for queries, "BLOCK_N" for keys). Every tensor in
+    ``args`` has the heads as its first dimension; they are launched in slices of at most
+    MAX_HEADS_PER_LAUNCH."""
+    heads = next(a for a in args if isinstance(a, torch.Tensor)).shape[0]
     fixed = _fixed_blocks(blocks)
-    if fixed is not None:
-        size = fixed.m if block_name == "BLOCK_M" else fixed.n
-        kernel[(_cdiv(n_rows, size), heads)](*args, BLOCK_M=fixed.m, BLOCK_N=fixed.n, **constants, **FUSED)
-    else:  # the grid depends on the block size the autotuner picks
-        kernels().tuned(kernel)[lambda meta: (_cdiv(n_rows, meta[block_name]), heads)](*args, **constants, **FUSED)
+    for first in range(0, heads, MAX_HEADS_PER_LAUNCH):
+        part = [a[first:first + MAX_HEADS_PER_LAUNCH] if isinstance(a, torch.Tensor) else a for a in args]
+        n = part[0].shape[0]
+        if fixed is not None:
+            size = fixed.m if block_name == "BLOCK_M" else fixed.n
+            sizes = {name: value for name, value in (("BLOCK_M", fixed.m), ("BLOCK_N", fixed.n))
+                     if name in kernel.arg_names}
+            kernel[(_cdiv(n_rows, size), n)](*part, **sizes, **constants, **FUSED)
+        else:  # the grid depends on the block size the autotuner picks
+            grid = lambda meta, n=n: (_cdiv(n_rows, meta[block_name]), n)  # noqa: E731
+            kernels().tuned(kernel)[grid](*part, **constants, **FUSED)
 
 
 # Multiply-adds fused on the GPU (s * scale - max is one instruction), asked for explicitly:
@@ -194,67 +221,95 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+class RowStats(NamedTuple):
+    """What the forward keeps per query row for the backward, float32 (B, h, Tq) each:
+    ``row_max``, the row's largest score in base-2 units (scale * q.k * log2 e), and
+    ``inv_sum``, 1 / the sum of 2^(s - row_max) over the row's keys; +inf and 0 for a row
+    with no key to see. P = 2^(s - row_max) * inv_sum."""
+
+    row_max: torch.Tensor
+    inv_sum: torch.Tensor
+
+    def log_sum_exp(self) -> torch.Tensor:
+        """The base-2 log-sum-exp of each row, row_max + log2(sum): the one number per row that
+        FlashAttention-2 saves instead (+inf for an empty row)."""
+        return self.row_max - torch.log2(self.inv_sum)
+
+
+def _heads(t: torch.Tensor, work: torch.dtype) -> torch.Tensor:
+    """(B, h, T, d) -> a contiguous (B * h, T, d) stack of heads in the work dtype."""
+    return t.to(work).contiguous().view(-1, *t.shape[2:])
+
+
 def forward(q, k, v, is_causal: bool, scale: float, blocks: Blocks | None = None):
-    """(out, lse): the forward kernel's output in q's dtype and its log-sum-exp per query
-    row, float32 (B, h, Tq), in base-2 units (log2 of the sum of 2^(scale q.k log2 e));
-    +inf for a row with no key to see. Inputs already checked."""
-    dtype = q.dtype
-    work = _work_dtype(dtype)
-    q, k, v = (t.to(work).contiguous() for t in (q, k, v))
+    """(out, stats): the forward kernel's output in q's dtype, and its RowStats. Inputs
+    already checked."""
+    dtype, work = q.dtype, _work_dtype(q.dtype)
     B, H, Tq, d = q.shape
     Tk = k.shape[2]
+    q, k, v = (_heads(t, work) for t in (q, k, v))
     out = torch.empty_like(q)
-    lse = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
-    _launch(kernels().flash_forward_kernel, Tq, "BLOCK_M", B * H,
-            (q, k, v, out, lse, Tq, Tk, scale, _len_bucket(Tq, Tk)),
+    row_max, inv_sum = torch.empty((2, B * H, Tq), dtype=torch.float32, device=q.device)
+    _launch(kernels().flash_forward_kernel, Tq, "BLOCK_M",
+            (q, k, v, out, row_max, inv_sum, Tq, Tk, scale, _len_bucket(Tq, Tk)),
             dict(HEAD_DIM=d, BLOCK_D=_block_d(d), IS_CAUSAL=is_causal, PRECISION=_precision(work)), blocks)
-    return out.to(dtype), lse
+    return out.view(B, H, Tq, d).to(dtype), RowStats(row_max.view(B, H, Tq), inv_sum.view(B, H, Tq))
 
 
-def backward(q, k, v, out, lse, grad_out, is_causal: bool, scale: float, blocks: Blocks | None = None):
-    """(dq, dk, dv) in the inputs' dtype, from the forward's out and lse."""
-    dtype = q.dtype
-    work = _work_dtype(dtype)
-    q, k, v, out, grad_out = (t.to(work).contiguous() for t in (q, k, v, out, grad_out))
+def backward(q, k, v, out, stats: RowStats, grad_out, is_causal: bool, scale: float,
+             blocks: Blocks | None = None, want=(True, True, True)):
+    """(dq, dk, dv) in the inputs' dtype, from the forward's out and stats; ``want`` says
+    which of the three are needed (None is returned for the others)."""
+    dtype, work = q.dtype, _work_dtype(q.dtype)
     B, H, Tq, d = q.shape
     Tk = k.shape[2]
+    q, k, v, out, grad_out = (_heads(t, work) for t in (q, k, v, out, grad_out))
+    row_max, inv_sum = (t.reshape(B * H, Tq) for t in stats)
     consts = dict(HEAD_DIM=d, BLOCK_D=_block_d(d))
-    delta = torch.empty_like(lse)                                       # (B, h, Tq) float32
-    ker = kernels()
+    delta = torch.empty_like(row_max)                                  # (B * h, Tq) float32
     rows = (_fixed_blocks(blocks) or Blocks(m=64)).m                   # D: a light kernel, no tuning
-    ker.flash_backward_delta_kernel[(_cdiv(Tq, rows), B * H)](out, grad_out, delta, Tq, BLOCK_M=rows, **consts,
-                                                              **FUSED)
-    consts.update(IS_CAUSAL=is_causal, PRECISION=_precision(work))
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    bucket = _len_bucket(Tq, Tk)
-    _launch(ker.flash_backward_dk_dv_kernel, Tk, "BLOCK_N", B * H,
-            (q, k, v, grad_out, lse, delta, dk, dv, Tq, Tk, scale, bucket), consts, blocks)
-    _launch(ker.flash_backward_dq_kernel, Tq, "BLOCK_M", B * H,
-            (q, k, v, grad_out, lse, delta, dq, Tq, Tk, scale, bucket), consts, blocks)
-    return dq.to(dtype), dk.to(dtype), dv.to(dtype)
+    _launch(kernels().flash_backward_delta_kernel, Tq, "BLOCK_M", (out, grad_out, delta, Tq), consts,
+            Blocks(m=rows))
+    want_dq, want_dkv = want[0], want[1] or want[2]
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)   # the kernel adds into it
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    consts.update(IS_CAUSAL=is_causal, PRECISION=_precision(work), WANT_DQ=want_dq, WANT_DKV=want_dkv)
+    _launch(kernels().flash_backward_kernel, Tk, "BLOCK_N",
+            (q, k, v, grad_out, row_max, inv_sum, delta, dq, dk, dv, Tq, Tk, scale, _len_bucket(Tq, Tk)),
+            consts, blocks)
+    shape = lambda t, T: t.view(B, H, T, d).to(dtype)  # noqa: E731
+    return (shape(dq, Tq) if want[0] else None, shape(dk, Tk) if want[1] else None,
+            shape(dv, Tk) if want[2] else None)
 
 
 class _FlashAttention(torch.autograd.Function):
-    """Forward and backward by the Triton kernels; saves q, k, v, out and the log-sum-exp."""
+    """Forward and backward by the Triton kernels; saves q, k, v, out and the RowStats. The
+    backward is not itself differentiable (no graph is built through the kernels): a second
+    derivative raises instead of coming back silently without its second-order terms."""
 
     @staticmethod
     def forward(ctx, q, k, v, is_causal, scale):
         if q.numel() == 0 or k.shape[2] == 0:           # nothing to launch: no rows, or no keys
             out = q.new_zeros(q.shape)
-            lse = torch.full(q.shape[:3], float("inf"), dtype=torch.float32, device=q.device)
+            stats = RowStats(torch.full(q.shape[:3], float("inf"), dtype=torch.float32, device=q.device),
+                             torch.zeros(q.shape[:3], dtype=torch.float32, device=q.device))
         else:
             _on_device(q, k, v)
-            out, lse = forward(q, k, v, is_causal, scale)
-        ctx.save_for_backward(q, k, v, out, lse)
+            out, stats = forward(q, k, v, is_causal, scale)
+        ctx.save_for_backward(q, k, v, out, *stats)
         ctx.is_causal, ctx.scale = is_causal, scale
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, row_max, inv_sum = ctx.saved_tensors
+        want = ctx.needs_input_grad[:3]
         if q.numel() == 0 or k.shape[2] == 0:
-            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None, None
-        dq, dk, dv = backward(q, k, v, out, lse, grad_out, ctx.is_causal, ctx.scale)
+            zeros = [torch.zeros_like(t) if w else None for t, w in zip((q, k, v), want)]
+            return (*zeros, None, None)
+        dq, dk, dv = backward(q, k, v, out, RowStats(row_max, inv_sum), grad_out, ctx.is_causal, ctx.scale,
+                              want=want)
         return dq, dk, dv, None, None
 
 

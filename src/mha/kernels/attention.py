@@ -9,7 +9,18 @@ sequence and columns past d are masked: they read as 0 and are never written.
 
 Scores are kept in base-2 units: s = (q . k) * scale * log2(e), so that
 exp(scale * q . k - m) = exp2(s - m'), and the kernels call exp2 (one instruction on a GPU)
-instead of exp. The log-sum-exp saved per query row is in the same units.
+instead of exp.
+
+What the forward saves for the backward is two numbers per query row, the row's largest
+score m (base 2) and 1 / l, the inverse of its sum of 2^(s - m); the backward recomputes
+P = 2^(s - m) / l from S, which it computes exactly as the forward did (the same operands
+in the same order: q k^T, never k q^T). FlashAttention-2 saves one number instead, the
+log-sum-exp L = m + log2(l), and recomputes P = 2^(s - L). That is the same P in exact
+arithmetic, but L is rounded to float32 at the size of the scores: near 60, float32 numbers
+are 2^-18 apart, so every recomputed entry of P, the largest included, can be off by about
+2^-19 relative, where the same-precision reference's softmax gets its largest entry right to
+about 2^-24. Two numbers per row keep the backward as accurate as that reference; they are
+still O(T), not O(T^2).
 
 Causal masking is aligned bottom-right, as everywhere in the course: query ``i`` sees key
 ``j`` when ``j <= i + offset`` with ``offset = Tk - Tq``. Every loop over key blocks (or
@@ -17,8 +28,14 @@ query blocks) runs in two phases: the blocks every row of the program may see en
 with no mask, then the band of blocks that the diagonal or the end of the sequence cuts,
 with the mask. Blocks that no row may see are not visited at all.
 
+The backward is FlashAttention-2's: one program per block of keys, looping over the query
+blocks that see them, five matrix products per tile (S, dP, dV, dK, dQ). dK and dV are the
+program's own rows; dQ's rows are shared by every key block, so each program adds its share
+into a float32 buffer with atomic additions (in a different order from run to run on a GPU,
+so dQ's last bits may differ between runs; the interpreter runs programs in order).
+
 The plain-torch loop that the forward kernel implements is lesson 10's
-``mha.tiled_attention``; the gradients that the backward kernels compute are lesson 08's
+``mha.tiled_attention``; the gradients that the backward kernel computes are lesson 08's
 ``mha.attention_backward``. Both are held equal to these kernels by the tests.
 
 Import this module through ``mha.kernels`` (it chooses the interpreter first, when needed).
@@ -132,13 +149,15 @@ def attend_to_keys(acc, row_sum, row_max, q, k_head, v_head, rows, lo, hi, Tq, T
 
 
 @triton.jit
-def flash_forward_kernel(Q, K, V, Out, Lse, Tq, Tk, scale, len_bucket,
+def flash_forward_kernel(Q, K, V, Out, RowMax, InvSum, Tq, Tk, scale, len_bucket,
                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """Out = softmax(scale * Q K^T) V for one block of BLOCK_M query rows of one head, and
-    Lse, the log2-sum-exp2 of each row's scores (+inf for a row with no key to see).
-    Grid: (cdiv(Tq, BLOCK_M), B * h). ``len_bucket`` is read by the GPU autotuner only."""
+    two numbers per row for the backward: RowMax, the row's largest score in base-2 units,
+    and InvSum, 1 / sum of 2^(s - RowMax), so that P = 2^(s - RowMax) * InvSum (+inf and 0
+    for a row with no key to see). Grid: (cdiv(Tq, BLOCK_M), B * h). ``len_bucket`` is read
+    by the GPU autotuner only."""
     tl.static_assert(BLOCK_D >= HEAD_DIM)
     block = tl.program_id(0)
     head = tl.program_id(1).to(tl.int64)          # 64-bit: B * h * T * d may pass 2**31
@@ -163,9 +182,9 @@ def flash_forward_kernel(Q, K, V, Out, Lse, Tq, Tk, scale, len_bucket,
     empty = row_sum == 0.0                     # rows that saw no key: output 0, never 0 / 0
     row_sum = tl.where(empty, 1.0, row_sum)
     store_rows(Out + head * Tq * HEAD_DIM, acc / row_sum[:, None], rows, Tq, HEAD_DIM, BLOCK_D)
-    # +inf for an empty row: the backward's exp2(s - lse) is then 0 for every key.
-    lse = tl.where(empty, float("inf"), row_max + tl.math.log2(row_sum))
-    tl.store(Lse + head * Tq + rows, lse, mask=rows < Tq)
+    # +inf and 0 for an empty row: the backward's 2^(s - max) * (1 / sum) is then 0 for every key.
+    tl.store(RowMax + head * Tq + rows, tl.where(empty, float("inf"), row_max), mask=rows < Tq)
+    tl.store(InvSum + head * Tq + rows, tl.where(empty, 0.0, 1.0 / row_sum), mask=rows < Tq)
 
 
 # ----------------------------------------------------------------------------- backward
@@ -185,36 +204,47 @@ def flash_backward_delta_kernel(Out, dOut, Delta, Tq,
 
 
 @triton.jit
-def dk_dv_from_queries(dk, dv, k, v, q_head, do_head, lse_head, delta_head, keys, lo, hi, Tq, Tk,
-                       qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                       MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    """Add to dk and dv (BLOCK_N, BLOCK_D) the terms of the query blocks from lo to hi.
-    Everything is transposed (keys along the rows), so that no tile needs a transpose:
-    pT = P^T (BLOCK_N, BLOCK_M), recomputed from the saved log-sum-exp."""
+def gradients_from_queries(dk, dv, k, v, q_head, do_head, max_head, inv_sum_head, delta_head, dq_head,
+                           keys, lo, hi, Tq, Tk, scale, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                           BLOCK_M: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                           PRECISION: tl.constexpr, WANT_DQ: tl.constexpr, WANT_DKV: tl.constexpr):
+    """The query blocks from lo to hi, against this program's keys: add their terms to dk and
+    dv (BLOCK_N, BLOCK_D), and add each block's dQ = scale dS K to the float32 buffer at
+    dq_head with atomic additions (other programs add their keys' share to the same rows).
+    Five matrix products per tile: S, dP, dV, dK and dQ."""
     for first_row in range(lo, hi, BLOCK_M):
         rows = first_row + tl.arange(0, BLOCK_M)                                  # (BLOCK_M,)
         q = load_rows(q_head, rows, Tq, HEAD_DIM, BLOCK_D)                        # (BLOCK_M, BLOCK_D)
         do = load_rows(do_head, rows, Tq, HEAD_DIM, BLOCK_D)                      # (BLOCK_M, BLOCK_D)
-        lse = tl.load(lse_head + rows, mask=rows < Tq, other=float("inf"))        # (BLOCK_M,)
+        row_max = tl.load(max_head + rows, mask=rows < Tq, other=float("inf"))    # (BLOCK_M,)
+        inv_sum = tl.load(inv_sum_head + rows, mask=rows < Tq, other=0.0)         # (BLOCK_M,)
         delta = tl.load(delta_head + rows, mask=rows < Tq, other=0.0)             # (BLOCK_M,)
-        sT = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale         # (BLOCK_N, BLOCK_M)
+        # S as the forward computed it, bit for bit: same operands, same order (see below).
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale          # (BLOCK_M, BLOCK_N)
         if MASKED:
-            sT = tl.where(tl.trans(allowed(rows, keys, Tq, Tk, IS_CAUSAL)), sT, float("-inf"))
-        pT = tl.math.exp2(sT - lse[None, :])                                      # P^T, 0 where blocked
-        dv += tl.dot(pT.to(do.dtype), do, input_precision=PRECISION)             # dV = P^T dO
-        dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)                  # dP^T = V dO^T
-        dsT = pT * (dpT - delta[None, :])                                         # dS^T = P^T * (dP^T - D)
-        dk += tl.dot(dsT.to(q.dtype), q, input_precision=PRECISION)              # dK = dS^T Q (times scale)
+            s = tl.where(allowed(rows, keys, Tq, Tk, IS_CAUSAL), s, float("-inf"))
+        p = tl.math.exp2(s - row_max[:, None]) * inv_sum[:, None]                 # P, 0 where blocked
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)                   # dP = dO V^T
+        ds = p * (dp - delta[:, None])                                            # dS = P * (dP - D)
+        if WANT_DKV:
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)   # dV = P^T dO
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)    # dK = dS^T Q (times scale)
+        if WANT_DQ:
+            dq = tl.dot(ds.to(k.dtype), k, input_precision=PRECISION) * scale      # dQ = scale dS K
+            dims = tl.arange(0, BLOCK_D)
+            inside = (rows[:, None] < Tq) & (dims[None, :] < HEAD_DIM)
+            tl.atomic_add(dq_head + rows[:, None] * HEAD_DIM + dims[None, :], dq, mask=inside, sem="relaxed")
     return dk, dv
 
 
 @triton.jit
-def flash_backward_dk_dv_kernel(Q, K, V, dOut, Lse, Delta, dK, dV, Tq, Tk, scale, len_bucket,
-                                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                                IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    """dK and dV for one block of BLOCK_N keys of one head, visiting the query blocks that
-    see them. Grid: (cdiv(Tk, BLOCK_N), B * h)."""
+def flash_backward_kernel(Q, K, V, dOut, RowMax, InvSum, Delta, dQ, dK, dV, Tq, Tk, scale, len_bucket,
+                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                          PRECISION: tl.constexpr, WANT_DQ: tl.constexpr, WANT_DKV: tl.constexpr):
+    """dK and dV for one block of BLOCK_N keys of one head, and this block's share of dQ
+    (added into dQ, float32, zeroed by the caller), visiting the query blocks that see these
+    keys. Grid: (cdiv(Tk, BLOCK_N), B * h)."""
     block = tl.program_id(0)
     head = tl.program_id(1).to(tl.int64)
     keys = block * BLOCK_N + tl.arange(0, BLOCK_N)                                # (BLOCK_N,)
@@ -223,61 +253,22 @@ def flash_backward_dk_dv_kernel(Q, K, V, dOut, Lse, Delta, dK, dV, Tq, Tk, scale
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
-    q_head, do_head = Q + head * Tq * HEAD_DIM, dOut + head * Tq * HEAD_DIM
-    lse_head, delta_head = Lse + head * Tq, Delta + head * Tq
+    q_head, do_head, dq_head = Q + head * Tq * HEAD_DIM, dOut + head * Tq * HEAD_DIM, dQ + head * Tq * HEAD_DIM
+    max_head, inv_sum_head, delta_head = RowMax + head * Tq, InvSum + head * Tq, Delta + head * Tq
+    qk_scale = scale * LOG2E                      # as the forward computes it
     start, full = query_range(block * BLOCK_N, Tq, Tk, IS_CAUSAL, BLOCK_M, BLOCK_N)
-    dk, dv = dk_dv_from_queries(dk, dv, k, v, q_head, do_head, lse_head, delta_head, keys, start, full,
-                                Tq, Tk, scale * LOG2E, HEAD_DIM, BLOCK_D, BLOCK_M, True, IS_CAUSAL, PRECISION)
+    dk, dv = gradients_from_queries(dk, dv, k, v, q_head, do_head, max_head, inv_sum_head, delta_head, dq_head,
+                                    keys, start, full, Tq, Tk, scale, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M,
+                                    True, IS_CAUSAL, PRECISION, WANT_DQ, WANT_DKV)
     # Past `full`, every query sees every key of this block, except keys past Tk in a last,
-    # shorter block: those rows of dk and dv are never written, so they need no mask.
-    dk, dv = dk_dv_from_queries(dk, dv, k, v, q_head, do_head, lse_head, delta_head, keys, full, Tq,
-                                Tq, Tk, scale * LOG2E, HEAD_DIM, BLOCK_D, BLOCK_M, False, IS_CAUSAL, PRECISION)
-    store_rows(dK + head * Tk * HEAD_DIM, dk * scale, keys, Tk, HEAD_DIM, BLOCK_D)
-    store_rows(dV + head * Tk * HEAD_DIM, dv, keys, Tk, HEAD_DIM, BLOCK_D)
-
-
-@triton.jit
-def dq_from_keys(dq, q, do, lse, delta, k_head, v_head, rows, lo, hi, Tq, Tk, qk_scale,
-                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                 MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    """Add to dq (BLOCK_M, BLOCK_D) the terms of the key blocks from lo to hi."""
-    for first_key in range(lo, hi, BLOCK_N):
-        keys = first_key + tl.arange(0, BLOCK_N)
-        k = load_rows(k_head, keys, Tk, HEAD_DIM, BLOCK_D)                        # (BLOCK_N, BLOCK_D)
-        v = load_rows(v_head, keys, Tk, HEAD_DIM, BLOCK_D)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale          # (BLOCK_M, BLOCK_N)
-        if MASKED:
-            s = tl.where(allowed(rows, keys, Tq, Tk, IS_CAUSAL), s, float("-inf"))
-        p = tl.math.exp2(s - lse[:, None])                                        # P, recomputed
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)                   # dP = dO V^T
-        ds = p * (dp - delta[:, None])                                            # dS = P * (dP - D)
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)               # dQ = dS K (times scale)
-    return dq
-
-
-@triton.jit
-def flash_backward_dq_kernel(Q, K, V, dOut, Lse, Delta, dQ, Tq, Tk, scale, len_bucket,
-                             HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    """dQ for one block of BLOCK_M query rows of one head, visiting the key blocks it sees
-    (the forward's loop again). Grid: (cdiv(Tq, BLOCK_M), B * h)."""
-    block = tl.program_id(0)
-    head = tl.program_id(1).to(tl.int64)
-    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    q = load_rows(Q + head * Tq * HEAD_DIM, rows, Tq, HEAD_DIM, BLOCK_D)
-    do = load_rows(dOut + head * Tq * HEAD_DIM, rows, Tq, HEAD_DIM, BLOCK_D)
-    lse = tl.load(Lse + head * Tq + rows, mask=rows < Tq, other=float("inf"))
-    delta = tl.load(Delta + head * Tq + rows, mask=rows < Tq, other=0.0)
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-
-    k_head, v_head = K + head * Tk * HEAD_DIM, V + head * Tk * HEAD_DIM
-    full, end = key_range(block * BLOCK_M, Tq, Tk, IS_CAUSAL, BLOCK_M, BLOCK_N)
-    dq = dq_from_keys(dq, q, do, lse, delta, k_head, v_head, rows, 0, full, Tq, Tk, scale * LOG2E,
-                      HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, PRECISION)
-    dq = dq_from_keys(dq, q, do, lse, delta, k_head, v_head, rows, full, end, Tq, Tk, scale * LOG2E,
-                      HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, PRECISION)
-    store_rows(dQ + head * Tq * HEAD_DIM, dq * scale, rows, Tq, HEAD_DIM, BLOCK_D)
+    # shorter block: their rows of dk and dv are never written, and their columns of dS are
+    # 0 because k and v read as 0 there (s = 0 is not masked, but dS K adds 0 * 0).
+    dk, dv = gradients_from_queries(dk, dv, k, v, q_head, do_head, max_head, inv_sum_head, delta_head, dq_head,
+                                    keys, full, Tq, Tq, Tk, scale, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M,
+                                    False, IS_CAUSAL, PRECISION, WANT_DQ, WANT_DKV)
+    if WANT_DKV:
+        store_rows(dK + head * Tk * HEAD_DIM, dk * scale, keys, Tk, HEAD_DIM, BLOCK_D)
+        store_rows(dV + head * Tk * HEAD_DIM, dv, keys, Tk, HEAD_DIM, BLOCK_D)
 
 
 # ----------------------------------------------------------------------------- GPU tuning
@@ -288,19 +279,23 @@ def _configs(blocks_m, blocks_n, stages, warps):
 
 
 # Forward: large query blocks (each program keeps its q tile and accumulator on chip while
-# it streams keys); backward: smaller blocks, since each program holds two accumulators.
+# it streams keys); backward: smaller query blocks, since each program also holds dk and dv.
 CONFIGS = {
     "flash_forward_kernel": _configs((64, 128), (32, 64, 128), (2, 3, 4), (4, 8)),
-    "flash_backward_dk_dv_kernel": _configs((32, 64), (64, 128), (2, 3), (4, 8)),
-    "flash_backward_dq_kernel": _configs((64, 128), (32, 64), (2, 3), (4, 8)),
+    "flash_backward_kernel": _configs((32, 64), (64, 128), (2, 3), (4, 8)),
 }
+# The backward adds into dQ: every configuration the autotuner times must start from zeros.
+RESET = {"flash_backward_kernel": ["dQ"]}
 _TUNED = {}
 
 
 def tuned(kernel):
     """``kernel`` wrapped in Triton's autotuner (GPU only): one tuning per head width, causal
-    flag and power-of-two length (``len_bucket``)."""
+    flag, power-of-two length (``len_bucket``) and, for the backward, gradients wanted.
+    Configurations that need more shared memory than the GPU has fail to compile and are
+    dropped by the autotuner."""
     name = kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__
     if name not in _TUNED:
-        _TUNED[name] = triton.autotune(CONFIGS[name], key=["HEAD_DIM", "IS_CAUSAL", "len_bucket"])(kernel)
+        key = ["HEAD_DIM", "IS_CAUSAL", "len_bucket"] + (["WANT_DQ", "WANT_DKV"] if name in RESET else [])
+        _TUNED[name] = triton.autotune(CONFIGS[name], key=key, reset_to_zero=RESET.get(name))(kernel)
     return _TUNED[name]
