@@ -50,8 +50,9 @@ nbval: notebooks
 # Every lesson executed again on seeds it does not show (tools/seeds.py): each lesson is
 # converted to a notebook in _build/seeds, a cell `SEED = s` goes right after its `parameters`
 # cell, and nbval executes it (--nbval-lax: every cell must run, every assert must hold). A table
-# shows each lesson, seed, time and the first failure. Seeds 1, 2 and 3 for a lesson that trains
-# models (its code uses torch.optim), 1 for the others; a lesson without a `parameters` cell is
+# shows each lesson, seed, time and the first failure. Held-out seeds, far from those a page
+# trains: 123, 1000, 2000, 3000 and 4000 for a lesson that trains models (its code uses
+# torch.optim), 1000 for the others; a lesson without a `parameters` cell is
 # listed and fails the run. SEEDS="4 5 6" picks other seeds, LESSONS="02 13" some lessons.
 # Not part of `make test` (it takes minutes); .ci/run calls it after `make test`.
 seeds: $(STAMP)

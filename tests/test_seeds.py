@@ -71,13 +71,16 @@ def test_a_lesson_without_exactly_one_parameters_cell_is_refused_by_name(tmp_pat
         seeds.with_seed(nb, 1)
 
 
-def test_lessons_that_train_get_three_seeds_and_the_others_one(tmp_path):
+def test_lessons_that_train_get_five_held_out_seeds_and_the_others_one(tmp_path):
     trains = lesson(tmp_path / "01-train.md", PARAMETERS, "import torch\nopt = torch.optim.Adam")
     plain = lesson(tmp_path / "02-plain.md", PARAMETERS, "x = 1")
     missing = lesson(tmp_path / "03-missing.md", "x = 1")
     runs = seeds.prepare([trains, plain, missing], None, tmp_path / "scratch")
     assert [(r.lesson, r.seed) for r in runs] == [
-        ("01-train", 1), ("01-train", 2), ("01-train", 3), ("02-plain", 1), ("03-missing", None)]
+        *(("01-train", s) for s in seeds.TRAINING_SEEDS), *(("02-plain", s) for s in seeds.OTHER_SEEDS),
+        ("03-missing", None)]
+    # held out: no page trains SEED .. SEED + 40 with SEED = 0 near them
+    assert len(seeds.TRAINING_SEEDS) >= 5 and min(seeds.TRAINING_SEEDS + seeds.OTHER_SEEDS) > 100
     assert runs[-1].problem and not runs[-1].ok
     assert all(r.notebook.is_file() for r in runs[:-1])
     assert seeds.prepare([plain], [5, 6], tmp_path / "other")[1].seed == 6
