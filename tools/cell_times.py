@@ -13,24 +13,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import jupytext
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "book" / "_ext")]
+from parallel_execution import cell_times as timed_cells  # noqa: E402  (the build's own report)
 from seeds import with_seed  # noqa: E402
-
-
-def _seconds(cell) -> float:
-    timing = cell.metadata.get("execution", {})
-    start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
-    if not (start and end):
-        return 0.0
-    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
-    return (parse(end) - parse(start)).total_seconds()
 
 
 def cell_times(path: Path, seed: int | None = None, timeout: int = 600):
@@ -46,9 +38,7 @@ def cell_times(path: Path, seed: int | None = None, timeout: int = 600):
         client.execute()
     except CellExecutionError as e:
         error = str(e).strip().splitlines()[-1]
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    times = [(_seconds(c), i, (c.source.strip().splitlines() or [""])[0][:70]) for i, c in enumerate(code)]
-    return times, error
+    return timed_cells(nb), error
 
 
 def main(argv=None) -> int:

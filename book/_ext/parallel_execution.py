@@ -19,8 +19,13 @@ With ``parallel_execution_preload`` set, each worker imports those modules once 
 its notebooks in kernels forked from itself, which start with them imported
 (preloaded_kernels.py).
 
-A notebook that fails is left out of the cache. MyST-NB then executes it itself and
-reports the error as usual, with its traceback.
+A notebook that fails is left out of the cache, and the failure is a warning (an error
+under ``-W``) that quotes it. MyST-NB then executes the notebook itself and reports the error
+as usual, with its traceback; if that second run passes, the warning still fails a ``-W``
+build: a lesson that fails only when two run side by side is a flaky lesson, not a good one.
+
+When the build ends, the slowest code cells of the run are listed, with the time each took
+(nbclient's timestamps), so that a slow cell is seen in every build's output.
 
 MyST-NB 1.4 in cache mode writes the notebook it read, not the one it took from the
 cache, to _build/jupyter_execute: no outputs, no execution counts. This extension writes
@@ -53,7 +58,7 @@ def _execute(notebook, folder: str, config, forked: bool = False):
     options = {"kernel_manager_class": ForkingKernelManager} if forked else {}
     with TemporaryDirectory() if config.execution_in_temp else nullcontext(folder) as cwd:
         result = single_nb_execution(notebook, cwd=cwd, timeout=config.execution_timeout,
-                                     allow_errors=config.execution_allow_errors, **options)
+                                     allow_errors=config.execution_allow_errors, record_timing=True, **options)
     return (notebook if result.err is None else None), result.time, result.exc_string
 
 
@@ -122,6 +127,7 @@ def _start(app, env, docnames):
     app._parallel_pool = pool
     app._parallel_executed = {}
     app._parallel_runs = {}
+    app._parallel_cell_times = []
     times = {docname: previous[str(path)] for docname, (path, *_) in notebooks.items() if str(path) in previous}
     for docname in _order(list(notebooks), times):
         path, notebook, nb_config = notebooks[docname]
@@ -157,10 +163,13 @@ def _collect(app, docname, source):
     if docname not in runs:
         return
     path, future = runs.pop(docname)
-    notebook, seconds, _ = future.result()  # a traceback: MyST-NB's own run reports it
+    notebook, seconds, error = future.result()
     if notebook is None:
-        logger.info(f"{docname} failed in its parallel run; MyST-NB executes it again to report the error")
+        last = (error or "").strip().splitlines()[-1:] or ["no message"]
+        logger.warning(f"{docname} failed in its parallel run ({last[0]}); MyST-NB executes it again to "
+                       "report the error with its traceback")
         return
+    app._parallel_cell_times.extend((s, docname, i, first) for s, i, first in cell_times(notebook))
     app._parallel_cache.cache_notebook_bundle(
         CacheBundleIn(notebook, str(path), data={"execution_seconds": seconds}),
         check_validity=False, overwrite=True)
@@ -177,10 +186,32 @@ def _write_executed(app, doctree):
         path.write_text(nbformat.writes(notebook), encoding="utf-8")
 
 
+def cell_times(notebook) -> list[tuple[float, int, str]]:
+    """(seconds, code cell number from 0, its first line) for every executed code cell, from
+    the timestamps nbclient records in each cell's metadata."""
+    from datetime import datetime
+
+    found = []
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    for i, cell in enumerate(code):
+        timing = cell.get("metadata", {}).get("execution", {})
+        start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+        if start and end:
+            seconds = (datetime.fromisoformat(end.replace("Z", "+00:00"))
+                       - datetime.fromisoformat(start.replace("Z", "+00:00"))).total_seconds()
+            found.append((seconds, i, (cell.source.strip().splitlines() or [""])[0][:60]))
+    return found
+
+
 def _stop(app, exception):
     pool: ProcessPoolExecutor | None = getattr(app, "_parallel_pool", None)
     if pool is not None:
         pool.shutdown(wait=True, cancel_futures=True)
+    slowest = sorted(getattr(app, "_parallel_cell_times", []), reverse=True)[:app.config.parallel_execution_report]
+    if slowest:
+        logger.info(f"the {len(slowest)} slowest code cells of this build:")
+        for seconds, docname, i, first in slowest:
+            logger.info(f"  {seconds:6.2f} s  {docname}, code cell {i}: {first}")
 
 
 def setup(app):
@@ -189,6 +220,8 @@ def setup(app):
     # Modules each worker imports once; its kernels are then forks of it that start with
     # them imported (preloaded_kernels.py). Empty: every kernel starts as a new process.
     app.add_config_value("parallel_execution_preload", [], "env", types=[list])
+    # How many of the slowest code cells to list when the build ends.
+    app.add_config_value("parallel_execution_report", 5, "env", types=[int])
     app.connect("env-before-read-docs", _start)
     app.connect("source-read", _collect)
     app.connect("doctree-read", _write_executed)
