@@ -71,13 +71,46 @@ def flash_attention(q, k, v, *, is_causal=False, scale=None):
         ``mha.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)[0]``
         up to rounding, differentiable (once) with respect to q, k and v.
 
+    Where Triton is not installed (it publishes wheels for Linux only: macOS and Windows),
+    it warns once and returns ``mha.tiled_attention(q, k, v, is_causal=..., scale=...)``, the
+    same algorithm in plain torch: the same numbers up to rounding, with gradients by autograd
+    through its torch operations (which keep each tile of scores for the backward).
+
     Raises:
-        TypeError / ValueError naming the argument for bad input; ImportError where Triton
-        is not installed (it publishes wheels for Linux only: elsewhere use
-        ``mha.tiled_attention``, the same algorithm in plain torch).
+        TypeError / ValueError naming the argument for bad input; ImportError if Triton was
+        imported before its interpreter could be switched on (the message says what to do).
     """
     scale = _check(q, k, v, is_causal, scale)
+    if not triton_installed():
+        _warn_no_triton()
+        from .tiled import tiled_attention
+
+        return tiled_attention(q, k, v, is_causal=is_causal, scale=scale)
     return _FlashAttention.apply(q, k, v, is_causal, scale)
+
+
+def triton_installed() -> bool:
+    """Whether Triton can be imported here (without importing it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):      # sys.modules["triton"] = None, as on a machine without it
+        return False
+
+
+_warned = []
+
+
+def _warn_no_triton():
+    if not _warned:
+        import sys
+        import warnings
+
+        _warned.append(True)
+        warnings.warn(f"Triton is not installed here ({sys.platform}; it publishes wheels for Linux only): "
+                      "flash_attention runs mha.tiled_attention instead, the same algorithm in plain torch, "
+                      "with the same numbers up to rounding", stacklevel=3)
 
 
 # ----------------------------------------------------------------------------- checks
