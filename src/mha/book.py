@@ -36,3 +36,101 @@ def glue(name: str, value, display: bool = False):
     else:
         print(f"{name} = {shown}")
     return value
+
+
+def skip_cells_that_use(names, notice: str):
+    """In a notebook (IPython): from the next cell on, run no cell whose code uses one of
+    ``names``, and print ``notice`` in its place. ``names`` are names or dotted prefixes
+    ("triton", "mha.kernels"). A cell that is skipped adds what it would have defined
+    (assignments, functions, imports) to the names, so a later cell that needs its results
+    is skipped too, and the notebook runs to its end with everything it can run. Returns
+    the callable it installed (None outside IPython).
+
+    Lesson 14 calls it where Triton cannot be installed (macOS, Windows)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None:
+        return None
+    skipper = _Skipper(set(names), notice)
+    shell.input_transformers_post.append(skipper)
+    return skipper
+
+
+class _Skipper:
+    def __init__(self, names: set[str], notice: str):
+        self.names, self.notice = names, notice
+
+    def __call__(self, lines: list[str]) -> list[str]:
+        import ast
+
+        try:
+            tree = ast.parse("".join(lines))
+        except SyntaxError:
+            return lines  # let IPython report it
+        defined = _defined_names(tree)            # bound by the cell itself: not needed from before
+        if not any(self._needed(name) for name in _used_names(tree) if name.split(".")[0] not in defined):
+            return lines
+        self.names |= defined
+        return [f"print({self.notice!r})\n"]
+
+    def _needed(self, dotted: str) -> bool:
+        parts = dotted.split(".")
+        return any(".".join(parts[:i]) in self.names for i in range(1, len(parts) + 1))
+
+
+def _used_names(tree) -> set[str]:
+    """The global names the code reads (at its top level or inside the functions and lambdas
+    it defines; not their parameters or locals), each also with the attribute chains it is
+    read through (``mha.kernels.attention``), and the modules it imports."""
+    import ast
+    import symtable
+
+    table = symtable.symtable(ast.unparse(tree), "<cell>", "exec")
+    globals_read, stack = set(), [table]
+    while stack:
+        scope = stack.pop()
+        for symbol in scope.get_symbols():
+            if symbol.is_referenced() and (scope is table or symbol.is_global()):
+                globals_read.add(symbol.get_name())
+        stack.extend(scope.get_children())
+    found = set(globals_read)
+    for node in ast.walk(tree):
+        chain = []
+        while isinstance(node, ast.Attribute):
+            chain.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name) and node.id in globals_read and chain:
+            found.add(".".join([node.id, *reversed(chain)]))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            module = getattr(node, "module", None) or ""
+            found |= {f"{module}.{a.name}".strip(".") for a in node.names} | ({module} if module else set())
+    return found
+
+
+def _defined_names(tree) -> set[str]:
+    """The names the cell binds at its top level (not inside the functions it defines)."""
+    import ast
+
+    found = set()
+
+    def visit(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update((a.asname or a.name).split(".")[0] for a in node.names)
+            return
+        if isinstance(node, ast.AugAssign):       # x += 1 reads x first
+            visit(node.value)
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, ast.Lambda):
+                visit(child)
+
+    visit(tree)
+    return found

@@ -11,8 +11,8 @@ are, and Triton specialises on it; without the hint no load is pipelined).
     # [{'kernel': 'flash_forward_kernel', ..., 'shared_bytes': 65536, 'registers': 118, ...}]
 
 The compiler must run without Triton's interpreter, which ``mha.kernels`` switches on where
-there is no GPU; so ``resources`` runs it in a child process (``python -m mha.gpu_compile``)
-that loads the kernels' source file directly.
+there is no GPU; so ``resources`` runs this file as a script in a child process, which loads
+the kernels' source file directly (and imports Triton, not torch).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def resources(configs: list[Config], arch: int = H100, timeout: float = 600.0) -
     and ``binary_bytes``. Raises RuntimeError with the compiler's message if one fails."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    run = subprocess.run([sys.executable, "-m", "mha.gpu_compile", str(arch)],
+    run = subprocess.run([sys.executable, __file__, str(arch)],         # as a script: no torch to import
                          input=json.dumps([asdict(c) for c in configs]), capture_output=True, text=True,
                          env=env, timeout=timeout)
     if run.returncode != 0:
