@@ -16,9 +16,18 @@ the copies add up to less than twice the final size. With `capacity=N` the buffe
 allocated once, N positions long, and never grows; an update past N raises. A returned view
 stays valid: later updates write only past its end, and a regrown buffer is a new tensor.
 
-While autograd records (gradients enabled and a new tensor or the cache requires grad), an
-update concatenates instead: writing in place into a tensor that an earlier step saved for
-its backward pass would make that backward pass fail.
+The returned tensors are views of the cache's buffer, not copies: read them, and clone one
+before modifying it in place (an in-place RoPE, say). A write into a view changes what the
+cache holds until the buffer next grows, and not after, so it depends on the cache's history.
+
+Autograd. Other operations may save a returned view for their backward pass (attention saves
+K and V to compute dq), and PyTorch refuses a backward pass through a tensor that was
+modified in place after it was saved: it keeps a version counter per buffer, bumped by every
+in-place write. The caches write the new positions through ``buffer.data``, which shares
+the buffer's memory but not its version counter. That is safe because a write goes past the
+end of every view returned so far: what any saved view holds never changes. When the new
+tensors (or the cached ones) require grad, an update concatenates instead, so that the
+gradient flows back to every step's keys and values.
 
 Use one cache per attention layer.
 """
@@ -72,7 +81,8 @@ class _Timeline:
             if n:
                 buffer.narrow(-2, 0, n).copy_(old.narrow(-2, 0, n))
             self.buffer = old = buffer
-        rows = old.narrow(-2, n, total - n)
+        # Past the end of every view returned so far, through .data: see the module docstring.
+        rows = old.data.narrow(-2, n, total - n)
         if len(parts) == 1:
             rows.copy_(first)
         else:
@@ -161,8 +171,10 @@ class KVCache(_Cache):
             first update, never copied; an update past it raises ValueError.
 
     `update` writes the new keys and values in place and returns views of all of them;
-    `k` and `v` are the same views. `len(cache)` counts positions, `nbytes()` their bytes,
-    `reserved` the positions the buffers have room for.
+    `k` and `v` are the same views. They share the cache's memory: clone one before writing
+    into it. `len(cache)` counts positions, `nbytes()` their bytes, `reserved` the positions
+    the buffers have room for. A backward pass may run through the cache, whether or not the
+    cached tensors require grad.
     """
 
     _names = ("k", "v")
@@ -207,7 +219,8 @@ class LatentCache(_Cache):
     Each token's latent and RoPE key sit side by side in one row of a buffer, `entries`
     (B, T, kv_latent_dim + rope_dim): the one key head of the absorbed form, read in place.
     `c_kv` and `k_rope` are views of its columns. Stored like KVCache: written in place into
-    a buffer that doubles when full, or one of `capacity` positions.
+    a buffer that doubles when full, or one of `capacity` positions; the views share the
+    cache's memory (clone one before writing into it).
 
     Use one LatentCache per attention layer.
     """
