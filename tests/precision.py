@@ -21,6 +21,9 @@ any summation order:
   rounding of sums of ``n`` terms: a sum of n terms computed in any order is within
   n * eps * (the sum of their magnitudes) of the exact sum (Higham, "Accuracy and Stability of
   Numerical Algorithms", section 3.1), so two such computations are within twice that.
+  Where the sums are chained (a softmax of dot products, a module of projections and
+  attention, a gradient), ``Rounding`` carries that bound through the steps and
+  ``assert_within`` applies the rule with it.
 """
 
 from __future__ import annotations
