@@ -1,4 +1,8 @@
-"""mha.scaled_dot_product_attention: shapes, softmax rows, empty rows, dropout, gradients."""
+"""mha.scaled_dot_product_attention: shapes, softmax rows, empty rows, dropout, gradients.
+
+Numbers are compared by the rules of tests/precision.py: float64 results to the worst-case
+rounding of their sums, float32 ones to the accuracy of the same maths in float32.
+"""
 
 import math
 
@@ -6,6 +10,7 @@ import pytest
 import torch
 
 import mha
+from precision import assert_as_accurate_as, assert_within, assert_within_rounding, attention
 
 
 def qkv(*lead, tq=5, tk=5, d=4, dv=None, dtype=torch.float32, seed=0, grad=False):
@@ -27,14 +32,15 @@ def test_matches_softmax_of_scaled_scores_times_values():
     q, k, v = qkv(2, tq=3, tk=4, d=8, dtype=torch.float64)
     expected_w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1)
     out, weights = mha.scaled_dot_product_attention(q, k, v)
-    torch.testing.assert_close(weights, expected_w, rtol=0, atol=1e-12)
-    torch.testing.assert_close(out, expected_w @ v, rtol=0, atol=1e-12)
+    bound_w, bound_out = attention(q, k, v)       # 8-term scores, a 4-term softmax, a 4-term weighted sum
+    assert_within(weights, expected_w, bound_w)
+    assert_within(out, expected_w @ v, bound_out)
 
 
 def test_explicit_scale_replaces_one_over_sqrt_d():
     q, k, v = qkv(1, tq=3, tk=3, d=4, dtype=torch.float64)
     _, weights = mha.scaled_dot_product_attention(q, k, v, scale=0.1)
-    torch.testing.assert_close(weights, torch.softmax(0.1 * q @ k.transpose(-2, -1), -1), rtol=0, atol=1e-12)
+    assert_within(weights, torch.softmax(0.1 * q @ k.transpose(-2, -1), -1), attention(q, k, v, scale=0.1)[0])
 
 
 def test_matches_torch_functional_sdpa_with_a_bool_mask():
@@ -43,13 +49,16 @@ def test_matches_torch_functional_sdpa_with_a_bool_mask():
     mask[..., 0] = True  # no empty rows: torch and mha agree there too, but keep this test plain
     out, _ = mha.scaled_dot_product_attention(q, k, v, mask)
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+    exact = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+    assert_as_accurate_as(out, expected, exact)                  # as accurate as torch's own, within 2x
 
 
 def test_weight_rows_sum_to_one():
     q, k, v = qkv(2, 3, tq=5, tk=7)
     _, weights = mha.scaled_dot_product_attention(q, k, v, is_causal=True)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 5), rtol=0, atol=1e-6)
+    # Tk = 7 exponentials times the reciprocal of their own sum, summed again here: two sums of
+    # Tk terms of total 1 and the division, within 2 (Tk + 1) eps of 1, whatever the scores
+    assert_within_rounding(weights.sum(-1), torch.ones(2, 3, 5), terms=7 + 1)
     assert (weights >= 0).all()
 
 
@@ -75,7 +84,7 @@ def test_float_mask_is_added_to_the_scores():
     bias = torch.randn(3, 4, dtype=torch.float64)
     _, weights = mha.scaled_dot_product_attention(q, k, v, bias)
     expected = torch.softmax(q @ k.transpose(-2, -1) / 2.0 + bias, -1)  # d = 4: scale 1/2
-    torch.testing.assert_close(weights, expected, rtol=0, atol=1e-12)
+    assert_within(weights, expected, attention(q, k, v, mask=bias)[0])
 
 
 def test_bool_mask_and_its_additive_form_give_the_same_result():
@@ -83,7 +92,7 @@ def test_bool_mask_and_its_additive_form_give_the_same_result():
     mask = mha.causal_mask(4)
     a = mha.scaled_dot_product_attention(q, k, v, mask)[0]
     b = mha.scaled_dot_product_attention(q, k, v, mha.to_additive(mask, torch.float32))[0]
-    torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    assert torch.equal(a, b)   # s + 0 is s and s + (-inf) is -inf: the same scores, bit for bit
 
 
 def _one_empty_row_masks(tq, tk, dtype):
@@ -98,7 +107,7 @@ def test_fully_masked_row_has_zero_weights_and_zero_output(kind):
     mask = _one_empty_row_masks(3, 4, torch.float32)[kind]
     out, weights = mha.scaled_dot_product_attention(q, k, v, mask)
     assert (weights[:, 1] == 0).all() and (out[:, 1] == 0).all()
-    torch.testing.assert_close(weights[:, [0, 2]].sum(-1), torch.ones(2, 2), rtol=0, atol=1e-6)
+    assert_within_rounding(weights[:, [0, 2]].sum(-1), torch.ones(2, 2), terms=4 + 1)   # as above, Tk = 4
 
 
 @pytest.mark.parametrize("kind", ["bool", "float"])
@@ -116,7 +125,7 @@ def test_softmax_of_an_all_minus_inf_row_is_zero_not_nan():
     scores = torch.tensor([[float("-inf")] * 3, [0.0, 1.0, float("-inf")]])
     w = mha.safe_softmax(scores)
     assert torch.equal(w[0], torch.zeros(3))
-    torch.testing.assert_close(w[1].sum(), torch.tensor(1.0))
+    assert_within_rounding(w[1].sum(), torch.tensor(1.0), terms=3 + 1)   # as for the rows above, Tk = 3
 
 
 # --- dropout --------------------------------------------------------------------------
@@ -147,12 +156,13 @@ def test_dropout_zeroes_individual_entries_not_whole_rows():
 def test_dropout_scales_survivors_by_one_over_one_minus_p():
     _, clean, _, dropped = _dropped()
     kept = dropped != 0
-    torch.testing.assert_close(dropped[kept], clean[kept] / (1 - P), rtol=1e-6, atol=0)
+    # the same weights scaled by 1 / (1 - p) on either side: each rounds that constant and a product
+    assert_within_rounding(dropped[kept], clean[kept] / (1 - P), terms=2)
 
 
 def test_dropout_output_uses_the_dropped_weights():
     v, _, out, dropped = _dropped()
-    torch.testing.assert_close(out, dropped @ v, rtol=0, atol=1e-6)
+    assert torch.equal(out, dropped @ v)   # the very product the function returns: bit for bit
 
 
 def test_dropout_zero_is_deterministic_and_equal_to_no_dropout():

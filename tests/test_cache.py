@@ -1,9 +1,17 @@
-"""mha.KVCache: incremental decoding gives the same outputs as one causal forward pass."""
+"""mha.KVCache: incremental decoding gives the same outputs as one causal forward pass.
+
+Decoding in float32 must be as accurate as the full float32 pass, within 2x, against the
+float64 module (tests/precision.py): the cache changes the order of the work, not its
+accuracy.
+"""
+
+import copy
 
 import pytest
 import torch
 
 import mha
+from precision import assert_as_accurate_as
 
 BACKENDS = ["sdpa", "naive"]
 VARIANTS = {"mha": 4, "gqa": 2, "mqa": 1}  # num_kv_heads for num_heads = 4
@@ -23,6 +31,12 @@ def rand(*shape, seed=1):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
+def exact(m, x, **kwargs):
+    """m's forward in float64 on the same inputs (the weights and x converted exactly)."""
+    with torch.no_grad():
+        return copy.deepcopy(m).double()(x.double(), **kwargs)
+
+
 def decode(m, x, chunks):
     """Feed x (B, T, C) through m with one KVCache, in chunks of the given sizes."""
     cache, outs, start = mha.KVCache(), [], 0
@@ -38,7 +52,7 @@ def decode(m, x, chunks):
 def test_token_by_token_decoding_equals_the_full_causal_forward(variant, backend):
     m = make(VARIANTS[variant], backend)
     x = rand(2, 7, 16)
-    torch.testing.assert_close(decode(m, x, [1] * 7), m(x, is_causal=True), rtol=0, atol=1e-5)
+    assert_as_accurate_as(decode(m, x, [1] * 7), m(x, is_causal=True), exact(m, x, is_causal=True))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -46,7 +60,7 @@ def test_token_by_token_decoding_equals_the_full_causal_forward(variant, backend
 def test_prompt_chunk_then_tokens_equals_the_full_causal_forward(variant, backend):
     m = make(VARIANTS[variant], backend)
     x = rand(2, 7, 16)
-    torch.testing.assert_close(decode(m, x, [4, 1, 1, 1]), m(x, is_causal=True), rtol=0, atol=1e-5)
+    assert_as_accurate_as(decode(m, x, [4, 1, 1, 1]), m(x, is_causal=True), exact(m, x, is_causal=True))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -54,7 +68,7 @@ def test_prompt_chunk_then_tokens_equals_the_full_causal_forward(variant, backen
 def test_a_chunk_after_cached_tokens_sees_the_cache_and_earlier_chunk_tokens(variant, backend):
     m = make(VARIANTS[variant], backend)
     x = rand(2, 8, 16)
-    torch.testing.assert_close(decode(m, x, [3, 3, 1, 1]), m(x, is_causal=True), rtol=0, atol=1e-5)
+    assert_as_accurate_as(decode(m, x, [3, 3, 1, 1]), m(x, is_causal=True), exact(m, x, is_causal=True))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -67,7 +81,7 @@ def test_decoding_with_a_padding_mask_equals_the_full_masked_forward(backend):
     outs.append(m(x[:, :3], cache=cache, is_causal=True, mask=mha.padding_mask(lengths, 5)[..., :3]))
     for t in (3, 4):
         outs.append(m(x[:, t:t + 1], cache=cache, mask=mha.padding_mask(lengths, 5)[..., :t + 1]))
-    torch.testing.assert_close(torch.cat(outs, 1), full, rtol=0, atol=1e-5)
+    assert_as_accurate_as(torch.cat(outs, 1), full, exact(m, x, mask=mha.padding_mask(lengths, 5), is_causal=True))
 
 
 def test_cache_stores_keys_and_values_per_kv_head():
@@ -134,7 +148,7 @@ def test_a_call_rejected_for_its_mask_leaves_the_cache_unchanged():
     x = rand(1, 5, 16, seed=3)
     fresh = mha.KVCache()
     out = torch.cat([m(x[:, :3], cache=fresh, is_causal=True), m(x[:, 3:4], cache=fresh), m(x[:, 4:], cache=fresh)], 1)
-    torch.testing.assert_close(out, m(x, is_causal=True), rtol=0, atol=1e-5)
+    assert_as_accurate_as(out, m(x, is_causal=True), exact(m, x, is_causal=True))
 
 
 # --- how the caches store their tensors: in place, in a buffer that grows geometrically ---
@@ -179,8 +193,8 @@ def test_update_returns_views_of_one_buffer_holding_every_token_in_order():
     cache = mha.KVCache()
     given, returned = fill(cache, 10)
     k_all, v_all = returned[-1]
-    torch.testing.assert_close(k_all, torch.cat([k for k, _ in given], dim=-2), rtol=0, atol=0)
-    torch.testing.assert_close(v_all, torch.cat([v for _, v in given], dim=-2), rtol=0, atol=0)
+    assert torch.equal(k_all, torch.cat([k for k, _ in given], dim=-2))     # copied, not computed
+    assert torch.equal(v_all, torch.cat([v for _, v in given], dim=-2))
     assert k_all.untyped_storage().data_ptr() == returned[1][0].untyped_storage().data_ptr()   # the same buffer
     assert cache.k.shape == (1, 2, 10, 4) and cache.k.data_ptr() == k_all.data_ptr()
 
@@ -307,9 +321,11 @@ def test_training_through_a_cache_gives_the_gradients_of_the_full_causal_pass():
     out = torch.cat([m(x_steps[:, :3], is_causal=True, cache=cache)]
                     + [m(x_steps[:, t:t + 1], cache=cache) for t in range(3, 6)], dim=1)
     out.square().sum().backward()                                 # would fail if a step overwrote a saved tensor
-    torch.testing.assert_close(x_steps.grad, x_full.grad, rtol=1e-5, atol=1e-5)
-    for p, g in zip(m.parameters(), grads_full):
-        torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-5)
+    m64, x64 = copy.deepcopy(m).double(), x.double().requires_grad_()
+    m64(x64, is_causal=True).square().sum().backward()
+    names = ["x", *(name for name, _ in m.named_parameters())]
+    assert_as_accurate_as([x_steps.grad, *(p.grad for p in m.parameters())], [x_full.grad, *grads_full],
+                          [x64.grad, *(p.grad for p in m64.parameters())], names=names)
 
 
 def test_a_cache_filled_in_inference_mode_can_be_extended_outside_it():
@@ -320,7 +336,7 @@ def test_a_cache_filled_in_inference_mode_can_be_extended_outside_it():
         first = m(x[:, :4], is_causal=True, cache=cache)
     with torch.no_grad():
         last = m(x[:, 4:], cache=cache)
-    torch.testing.assert_close(torch.cat([first, last], 1), m(x, is_causal=True), rtol=0, atol=1e-5)
+    assert_as_accurate_as(torch.cat([first, last], 1), m(x, is_causal=True), exact(m, x, is_causal=True))
 
 
 def test_latent_cache_keeps_each_tokens_latent_and_rope_key_side_by_side_in_one_row():
@@ -329,7 +345,7 @@ def test_latent_cache_keeps_each_tokens_latent_and_rope_key_side_by_side_in_one_
     c_all, r_all = cache.update(c1, r1)
     cache.update(torch.randn(2, 1, 6), torch.randn(2, 1, 2))
     assert cache.entries.shape == (2, 4, 8)
-    torch.testing.assert_close(cache.entries[:, :3], torch.cat([c1, r1], -1), rtol=0, atol=0)
+    assert torch.equal(cache.entries[:, :3], torch.cat([c1, r1], -1))
     assert cache.c_kv.data_ptr() == cache.entries.data_ptr() == c_all.data_ptr()   # views, not copies
     assert cache.k_rope.shape == (2, 4, 2) and torch.equal(cache.k_rope, cache.entries[..., 6:])
 

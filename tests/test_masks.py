@@ -1,9 +1,15 @@
-"""Masks: causal alignments, padding, combining, and converting torch's convention."""
+"""Masks: causal alignments, padding, combining, and converting torch's convention.
+
+Attention computed with a mask is compared by its accuracy against float64 (tests/precision.py).
+"""
+
+import copy
 
 import pytest
 import torch
 
 import mha
+from precision import assert_as_accurate_as
 
 
 def test_square_causal_mask_is_the_lower_triangle():
@@ -40,7 +46,9 @@ def test_causal_mask_top_left_matches_torch_sdpa_is_causal():
     q, k, v = torch.randn(1, 2, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 8)
     by_torch = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     by_mask = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mha.causal_mask(2, 5, align="top-left"))
-    torch.testing.assert_close(by_torch, by_mask)
+    exact = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                             attn_mask=mha.causal_mask(2, 5, align="top-left"))
+    assert_as_accurate_as([by_torch, by_mask], [by_mask, by_torch], [exact, exact])   # each as accurate as the other
 
 
 def test_causal_mask_with_more_queries_than_keys_bottom_right_leaves_early_rows_empty():
@@ -83,7 +91,7 @@ def test_combine_masks_ignores_none():
 
 def test_combine_float_masks_adds_them():
     a, b = torch.randn(3, 3), torch.randn(3, 3)
-    torch.testing.assert_close(mha.combine_masks(a, b), a + b, rtol=0, atol=0)
+    assert torch.equal(mha.combine_masks(a, b), a + b)      # the same one addition
 
 
 def test_combine_bool_and_float_turns_the_bool_into_minus_inf_and_adds():
@@ -128,6 +136,13 @@ def test_mask_from_torch_of_nothing_is_none():
     assert mha.mask_from_torch() is None
 
 
+def exact(ref, *args, **kwargs):
+    """torch's module in float64 on the same inputs (weights, tensors, float masks converted exactly)."""
+    to64 = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t   # noqa: E731
+    with torch.no_grad():
+        return copy.deepcopy(ref).double()(*map(to64, args), **{k: to64(v) for k, v in kwargs.items()})[0]
+
+
 @pytest.mark.parametrize("use_float", [False, True])
 def test_mask_from_torch_gives_the_same_attention_as_torch_multihead_attention(use_float):
     torch.manual_seed(0)
@@ -141,7 +156,8 @@ def test_mask_from_torch_gives_the_same_attention_as_torch_multihead_attention(u
         key_padding = torch.zeros(2, 4).masked_fill(key_padding, float("-inf"))
     expected, _ = ref(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding, need_weights=False)
     got = ours(x, mask=mha.mask_from_torch(attn_mask, key_padding))
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    assert_as_accurate_as(got, expected, exact(ref, x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding,
+                                               need_weights=False))
     # passing torch's bool mask unconverted is the classic bug: it attends to the wrong keys
     if not use_float:
         wrong = ours(x, mask=attn_mask)
@@ -157,7 +173,7 @@ def test_mask_from_torch_of_a_per_head_attn_mask_matches_torch_after_reshaping()
     blocked[..., 0] = False  # no empty rows (torch gives NaN there)
     expected, _ = ref(x, x, x, attn_mask=blocked, need_weights=False)
     got = ours(x, mask=mha.mask_from_torch(blocked).reshape(2, 2, 4, 4))
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    assert_as_accurate_as(got, expected, exact(ref, x, x, x, attn_mask=blocked, need_weights=False))
 
 
 def test_mask_from_torch_of_a_per_head_attn_mask_and_key_padding_mask_matches_torch():
@@ -171,4 +187,5 @@ def test_mask_from_torch_of_a_per_head_attn_mask_and_key_padding_mask_matches_to
     expected, _ = ref(x, x, x, attn_mask=blocked, key_padding_mask=key_padding, need_weights=False)
     mask = mha.mask_from_torch(blocked, key_padding)
     assert mask.shape == (2, 2, 4, 4)
-    torch.testing.assert_close(ours(x, mask=mask), expected, rtol=0, atol=1e-5)
+    assert_as_accurate_as(ours(x, mask=mask), expected,
+                          exact(ref, x, x, x, attn_mask=blocked, key_padding_mask=key_padding, need_weights=False))

@@ -1,11 +1,18 @@
-"""mha.MultiHeadAttention and mha.SingleHeadAttention: what the layers compute."""
+"""mha.MultiHeadAttention and mha.SingleHeadAttention: what the layers compute.
 
+Two float32 computations of the same maths (two backends, permuted inputs, a padded and an
+unpadded sequence) must each be as accurate as the other, within 2x, against the module in
+float64 (tests/precision.py): neither may carry an error the other does not.
+"""
+
+import copy
 import math
 
 import pytest
 import torch
 
 import mha
+from precision import assert_as_accurate_as, assert_within_rounding
 
 BACKENDS = ["sdpa", "naive"]
 
@@ -23,6 +30,22 @@ def make(embed_dim=8, num_heads=2, *, seed=0, **kwargs):
 
 def rand(*shape, seed=1, dtype=torch.float32):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def in_float64(m):
+    return copy.deepcopy(m).double()
+
+
+def exact(m, *args, **kwargs):
+    """m's output in float64 on the same inputs: the weights, tensors and float masks converted exactly."""
+    to64 = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t   # noqa: E731
+    with torch.no_grad():
+        return in_float64(m)(*map(to64, args), **{k: to64(v) for k, v in kwargs.items()})
+
+
+def assert_equally_accurate(a, b, exact):
+    """a and b, two float32 computations of the same maths, each as accurate as the other."""
+    assert_as_accurate_as([a, b], [b, a], [exact, exact], names=["first", "second"])
 
 
 # --- shapes ---------------------------------------------------------------------------
@@ -50,7 +73,9 @@ def test_gqa_weights_have_one_map_per_query_head():
 def test_module_weight_rows_sum_to_one():
     m = make(8, 2)
     _, weights = m(rand(2, 5, 8), is_causal=True, need_weights=True)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 5), rtol=0, atol=1e-6)
+    # Tk = 5 exponentials times the reciprocal of their own sum, summed again here: two sums of
+    # Tk terms of total 1 and the division, within 2 (Tk + 1) eps of 1, whatever the scores
+    assert_within_rounding(weights.sum(-1), torch.ones(2, 2, 5), terms=5 + 1)
 
 
 # --- the two backends and the single head ---------------------------------------------
@@ -68,7 +93,7 @@ def test_naive_and_sdpa_backends_agree(case):
         call["mask"] = rand(2, 1, 5, 5, seed=4)
     if case == "cross":
         args = (rand(2, 7, 16, seed=2), rand(2, 7, 16, seed=3))
-    torch.testing.assert_close(sdpa(x, *args, **call), naive(x, *args, **call), rtol=0, atol=1e-5)
+    assert_equally_accurate(sdpa(x, *args, **call), naive(x, *args, **call), exact(naive, x, *args, **call))
 
 
 def test_one_head_equals_single_head_attention_bit_for_bit_with_the_naive_backend():
@@ -87,7 +112,7 @@ def test_one_head_equals_single_head_attention_with_the_sdpa_backend():
     torch.manual_seed(0)
     multi = mha.MultiHeadAttention(8, 1, backend="sdpa")
     x = rand(2, 5, 8)
-    torch.testing.assert_close(multi(x, is_causal=True), single(x, is_causal=True), rtol=0, atol=1e-6)
+    assert_equally_accurate(multi(x, is_causal=True), single(x, is_causal=True), exact(single, x, is_causal=True))
 
 
 def test_single_head_attention_returns_weights_over_keys():
@@ -103,7 +128,7 @@ def test_permuting_tokens_permutes_outputs_without_a_mask(backend):
     m = make(8, 2, bias=True, backend=backend)
     x = rand(2, 6, 8)
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
-    torch.testing.assert_close(m(x[:, perm]), m(x)[:, perm], rtol=0, atol=1e-6)
+    assert_equally_accurate(m(x[:, perm]), m(x)[:, perm], exact(m, x)[:, perm])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -111,7 +136,7 @@ def test_permuting_keys_and_values_together_leaves_cross_attention_unchanged(bac
     m = make(8, 2, backend=backend)
     x, mem = rand(2, 3, 8), rand(2, 6, 8, seed=2)
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
-    torch.testing.assert_close(m(x, mem[:, perm], mem[:, perm]), m(x, mem, mem), rtol=0, atol=1e-6)
+    assert_equally_accurate(m(x, mem[:, perm], mem[:, perm]), m(x, mem, mem), exact(m, x, mem, mem))
 
 
 # --- causality ------------------------------------------------------------------------
@@ -160,7 +185,7 @@ def test_padded_positions_content_does_not_change_real_outputs(backend, causal):
     mask = mha.padding_mask(lengths, 6)
     a, b = m(x, mask=mask, is_causal=causal), m(changed, mask=mask, is_causal=causal)
     assert torch.equal(a[0], b[0])
-    torch.testing.assert_close(a[1, :3], b[1, :3], rtol=0, atol=1e-6)
+    assert_equally_accurate(a[1, :3], b[1, :3], exact(m, x, mask=mask, is_causal=causal)[1, :3])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -169,7 +194,7 @@ def test_padding_equals_running_the_unpadded_sequence_alone(backend):
     x = rand(1, 6, 8)
     short = m(x[:, :4])
     padded = m(x, mask=mha.padding_mask([4], 6))
-    torch.testing.assert_close(padded[:, :4], short, rtol=0, atol=1e-6)
+    assert_equally_accurate(padded[:, :4], short, exact(m, x[:, :4]))
 
 
 # --- empty rows -----------------------------------------------------------------------
@@ -196,7 +221,7 @@ def test_empty_rows_get_zero_weights_and_the_others_sum_to_one():
     keep = mha.padding_mask([0, 3], 4)  # batch element 0 may attend to nothing
     _, weights = m(rand(2, 4, 8), mask=keep, need_weights=True)
     assert (weights[0] == 0).all()
-    torch.testing.assert_close(weights[1].sum(-1), torch.ones(2, 4), rtol=0, atol=1e-6)
+    assert_within_rounding(weights[1].sum(-1), torch.ones(2, 4), terms=4 + 1)   # as for the rows above, Tk = 4
 
 
 # --- grouped-query attention ----------------------------------------------------------
@@ -224,7 +249,8 @@ def test_gqa_matches_a_head_by_head_reference_where_head_i_reads_kv_head_i_div_g
     m = make(12, h, num_kv_heads=g, backend=backend)
     x = rand(2, 5, 12)
     expected = gqa_reference(m, x, kv_head_of=lambda i: i // (h // g))
-    torch.testing.assert_close(m(x), expected, rtol=0, atol=1e-5)
+    truth = gqa_reference(in_float64(m), x.double(), kv_head_of=lambda i: i // (h // g))
+    assert_as_accurate_as(m(x), expected, truth)
 
 
 def test_gqa_with_repeat_instead_of_repeat_interleave_would_give_a_different_output():
@@ -236,7 +262,8 @@ def test_gqa_with_repeat_instead_of_repeat_interleave_would_give_a_different_out
     assert interleave == [0, 0, 1, 1] and repeat == [0, 1, 0, 1]
     with_repeat = gqa_reference(m, x, kv_head_of=lambda i: repeat[i])
     with_interleave = gqa_reference(m, x, kv_head_of=lambda i: interleave[i])
-    torch.testing.assert_close(m(x), with_interleave, rtol=0, atol=1e-5)
+    truth = gqa_reference(in_float64(m), x.double(), kv_head_of=lambda i: interleave[i])
+    assert_as_accurate_as(m(x), with_interleave, truth)
     assert not torch.allclose(m(x), with_repeat, atol=1e-3)
 
 

@@ -1,4 +1,9 @@
-"""mha.apply_rope: rotary position embedding, its two layouts and its relative-position property."""
+"""mha.apply_rope: rotary position embedding, its two layouts and its relative-position property.
+
+float64 results are compared within the worst-case rounding of their steps (precision.rope:
+an angle is rounded at its own scale, so the bound grows with the position), float32 and
+float16 ones by their accuracy against a float64 truth (tests/precision.py).
+"""
 
 import math
 import subprocess
@@ -9,6 +14,7 @@ import torch
 
 import mha
 from mha.rope import layout_permutation, rope_frequencies
+from precision import assert_as_accurate_as, assert_within, assert_within_rounding, attention, rope
 
 
 def rand(*shape, seed=0, dtype=torch.float32):
@@ -29,7 +35,7 @@ def rope_as_complex(x, positions, base=10000.0):
 def test_interleaved_layout_multiplies_each_pair_by_a_complex_rotation():
     x = rand(2, 3, 10, 16, dtype=torch.float64)
     positions = torch.arange(10)
-    torch.testing.assert_close(mha.apply_rope(x), rope_as_complex(x, positions), rtol=0, atol=1e-12)
+    assert_within(mha.apply_rope(x), rope_as_complex(x, positions), rope(x, positions))
 
 
 def test_the_default_layout_is_interleaved_and_positions_default_to_arange():
@@ -44,13 +50,16 @@ def test_pair_i_rotates_by_position_times_base_to_the_minus_2i_over_d():
     x[0, 2] = 1.0                                    # pair i = 1, first feature
     out = mha.apply_rope(x, torch.tensor([5]), base=base)
     angle = 5 * base ** (-2 * 1 / d)
-    torch.testing.assert_close(out[0, 2:4], torch.tensor([math.cos(angle), math.sin(angle)], dtype=torch.float64))
+    expected = torch.tensor([math.cos(angle), math.sin(angle)], dtype=torch.float64)
+    assert_within(out[0, 2:4], expected, rope(x, torch.tensor([5]), base=base)[0, 2:4])
     assert torch.all(out[0, [0, 1, 4, 5, 6, 7]] == 0)   # other pairs untouched (they were zero)
 
 
 def test_frequencies_are_base_to_the_minus_2i_over_d():
     theta = rope_frequencies(8, base=10000.0, dtype=torch.float64)
-    torch.testing.assert_close(theta, torch.tensor([1.0, 0.1, 0.01, 0.001], dtype=torch.float64))
+    # base^(-2i/d): the exponent's rounding and the power's, within (|ln theta| + 1) eps theta
+    # <= 1.4 eps (theta |ln theta| <= 1/e); the decimals are within half an ulp
+    assert_within_rounding(theta, torch.tensor([1.0, 0.1, 0.01, 0.001], dtype=torch.float64), terms=1)
 
 
 def test_position_zero_is_the_identity():
@@ -63,7 +72,11 @@ def test_position_zero_is_the_identity():
 def test_rotation_keeps_the_length_of_every_vector(layout):
     x = rand(2, 20, 32, dtype=torch.float64)
     out = mha.apply_rope(x, layout=layout)
-    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1), rtol=1e-12, atol=0)
+    # each rotated pair is within (3 + 3 P) eps (|a| + |b|) <= (3 + 3 P) eps 2 |(a, b)| (P = 19,
+    # the largest position), so out is within 2 (3 + 3 P) eps |x| of the rotation of x; each norm
+    # (d = 32 squares summed, a square root) is within (d / 2 + 2) eps of its own value
+    d, P = 32, 19
+    assert_within_rounding(out.norm(dim=-1), x.norm(dim=-1), terms=3 + 3 * P + d // 2 + 2)
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
@@ -74,12 +87,14 @@ def test_query_key_dot_product_depends_only_on_the_offset(layout):
     def score(m, n):
         qm = mha.apply_rope(q, torch.tensor([m]), layout=layout)
         kn = mha.apply_rope(k, torch.tensor([n]), layout=layout)
-        return float(qm @ kn.T)
+        bound = rope(q, [m], layout=layout) @ rope(k, [n], layout=layout).mT   # rotations, then d terms
+        return (qm @ kn.T)[0], bound[0]
 
     for m, n in [(3, 1), (7, 7), (2, 9)]:
         for shift in (1, 10, 500):
-            assert score(m + shift, n + shift) == pytest.approx(score(m, n), abs=1e-10)
-    assert abs(score(3, 1) - score(4, 1)) > 1e-3     # the offset itself does matter
+            (shifted, bound_shifted), (plain, bound) = score(m + shift, n + shift), score(m, n)
+            assert_within(shifted, plain, bound_shifted, bound)
+    assert abs(float(score(3, 1)[0] - score(4, 1)[0])) > 1e-3     # the offset itself does matter
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
@@ -87,7 +102,7 @@ def test_negative_positions_undo_the_rotation(layout):
     x = rand(2, 5, 12, dtype=torch.float64)
     p = torch.tensor([0, 3, 8, 100, 4096])
     back = mha.apply_rope(mha.apply_rope(x, p, layout=layout), -p, layout=layout)
-    torch.testing.assert_close(back, x, rtol=0, atol=1e-12)
+    assert_within(back, x, rope(rope(x, p, layout=layout), -p, layout=layout))
 
 
 def test_half_layout_is_the_interleaved_one_under_a_fixed_feature_permutation():
@@ -98,7 +113,7 @@ def test_half_layout_is_the_interleaved_one_under_a_fixed_feature_permutation():
     P_inv = torch.argsort(P)
     half = mha.apply_rope(x, layout="half")
     converted = mha.apply_rope(x[..., P], layout="interleaved")[..., P_inv]
-    torch.testing.assert_close(half, converted, rtol=0, atol=0)
+    assert torch.equal(half, converted)      # the same products of the same numbers, moved
 
 
 def test_permuting_the_projection_rows_converts_attention_scores_between_layouts():
@@ -108,7 +123,9 @@ def test_permuting_the_projection_rows_converts_attention_scores_between_layouts
     scores_half = mha.apply_rope(x @ w_q.T, layout="half") @ mha.apply_rope(x @ w_k.T, layout="half").T
     q_i = mha.apply_rope(x @ w_q[P].T, layout="interleaved")          # rows of W_Q permuted
     k_i = mha.apply_rope(x @ w_k[P].T, layout="interleaved")
-    torch.testing.assert_close(q_i @ k_i.T, scores_half, rtol=1e-5, atol=1e-5)
+    x, w_q, w_k = x.double(), w_q.double(), w_k.double()
+    exact = mha.apply_rope(x @ w_q.T, layout="half") @ mha.apply_rope(x @ w_k.T, layout="half").T
+    assert_as_accurate_as(q_i @ k_i.T, scores_half, exact)
 
 
 def test_mixing_up_the_layouts_gives_different_numbers_without_an_error():
@@ -125,16 +142,19 @@ def test_output_keeps_the_input_dtype(dtype):
 
 
 def test_half_precision_angles_are_computed_in_float32():
-    x = rand(1, 4000, 8)
+    x = rand(1, 4000, 8).half()
     p = torch.arange(4000)
-    ref = mha.apply_rope(x, p)                                      # float32
-    torch.testing.assert_close(mha.apply_rope(x.half(), p).float(), ref, rtol=0, atol=1e-2)
+    exact = mha.apply_rope(x.double(), p)
+    # float16 angles would be off by whole radians at these positions: the result must be as
+    # accurate as the exact one rounded to float16, within 2x
+    assert_as_accurate_as(mha.apply_rope(x, p), exact.half(), exact)
 
 
 def test_float64_input_gets_float64_angles_at_large_positions():
     x = rand(3, 32, dtype=torch.float64)
     p = torch.tensor([10**6, 10**6 + 1, 123_456_789])
-    torch.testing.assert_close(mha.apply_rope(x, p), rope_as_complex(x, p), rtol=0, atol=1e-9)
+    # an angle of 1.2e8 is rounded to 1.2e8 eps = 3e-8: the bound is that (float32 angles: 8)
+    assert_within(mha.apply_rope(x, p), rope_as_complex(x, p), rope(x, p))
 
 
 def test_positions_broadcast_over_heads_one_row_per_sequence():
@@ -195,7 +215,7 @@ def test_gradient_is_the_inverse_rotation():
     x = rand(5, 8, dtype=torch.float64).requires_grad_()
     g = rand(5, 8, seed=9, dtype=torch.float64)
     (mha.apply_rope(x) * g).sum().backward()
-    torch.testing.assert_close(x.grad, mha.apply_rope(g, -torch.arange(5)), rtol=0, atol=1e-12)
+    assert_within(x.grad, mha.apply_rope(g, -torch.arange(5)), rope(g, torch.arange(5)))   # both rotate g
 
 
 def _decode_with_rope(q, k, v, restart_positions):
@@ -213,20 +233,23 @@ def _decode_with_rope(q, k, v, restart_positions):
 
 
 def _qkv_and_full_pass():
+    """q, k, v, the full causal pass, and the bound of its rounding (which covers each query's
+    row computed alone, over its keys: the same steps, no longer sums)."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 10, 8, generator=g, dtype=torch.float64) for _ in range(3))
     pos = torch.arange(10)
     full, _ = mha.scaled_dot_product_attention(mha.apply_rope(q, pos), mha.apply_rope(k, pos), v, is_causal=True)
-    return q, k, v, full
+    bound = attention(rope(q, pos), rope(k, pos), v, is_causal=True)[1]
+    return q, k, v, full, bound
 
 
 def test_cached_decoding_with_rope_at_the_caches_length_equals_the_full_pass():
-    q, k, v, full = _qkv_and_full_pass()
-    torch.testing.assert_close(_decode_with_rope(q, k, v, False), full, rtol=0, atol=1e-12)
+    q, k, v, full, bound = _qkv_and_full_pass()
+    assert_within(_decode_with_rope(q, k, v, False), full, bound)
 
 
 def test_cached_decoding_with_positions_restarting_at_zero_is_wrong_after_the_prompt():
-    q, k, v, full = _qkv_and_full_pass()
+    q, k, v, full, bound = _qkv_and_full_pass()
     wrong = _decode_with_rope(q, k, v, True)
-    torch.testing.assert_close(wrong[..., :3, :], full[..., :3, :], rtol=0, atol=1e-12)
+    assert_within(wrong[..., :3, :], full[..., :3, :], bound[..., :3, :])
     assert (wrong[..., 3:, :] - full[..., 3:, :]).abs().max() > 0.05

@@ -1,17 +1,22 @@
 """MultiHeadAttention.from_torch / .to_torch compute what torch.nn.MultiheadAttention computes.
 
-Tolerances: float32 atol 1e-5, float64 atol 1e-10. Masks are given to torch in its own
-convention (True = blocked) and to mha in ours (True = may attend).
+Bounds (tests/precision.py): in float32, mha is as accurate as torch's own module, within
+2x, against torch's module in float64; in float64, the two agree within the worst-case
+rounding of the projections and the attention (`rounding_of`). Masks are given to torch in
+its own convention (True = blocked) and to mha in ours (True = may attend).
 """
+
+import copy
 
 import pytest
 import torch
 from torch import nn
 
 import mha
+from precision import Rounding, assert_as_accurate_as, assert_within, attention, attention_backward
 
 BACKENDS = ["sdpa", "naive"]
-DTYPES = {torch.float32: 1e-5, torch.float64: 1e-10}
+DTYPES = [torch.float32, torch.float64]
 B, TQ, TK, C, H = 2, 5, 6, 8, 2
 
 
@@ -28,6 +33,49 @@ def torch_module(*, bias=True, kdim=None, vdim=None, dtype=torch.float32, seed=0
 
 def rand(*shape, seed=1, dtype=torch.float32):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def _projections(ref):
+    """torch's in-projection weights and biases for q, k and v (packed or separate), the whole
+    packed weight (or None), and the output projection's."""
+    if ref._qkv_same_embed_dim:
+        w = ref.in_proj_weight.chunk(3)
+    else:
+        w = (ref.q_proj_weight, ref.k_proj_weight, ref.v_proj_weight)
+    b = ref.in_proj_bias.chunk(3) if ref.in_proj_bias is not None else (None,) * 3
+    packed = ref.in_proj_weight if ref._qkv_same_embed_dim else None
+    return [t.detach() for t in w], [None if t is None else t.detach() for t in b], packed, ref.out_proj
+
+
+def _forward(ref, query, key, value, mask=None, is_causal=False):
+    split = lambda r: r.map(lambda t: mha.split_heads(t, ref.num_heads))                  # noqa: E731
+    w, b, _, out_proj = _projections(ref)
+    q, k, v = (split(Rounding.of(x).linear(wi, bi)) for x, wi, bi in zip((query, key, value), w, b))
+    o = attention(q, k, v, mask=mask, is_causal=is_causal)[1].map(mha.merge_heads)
+    out_b = None if out_proj.bias is None else out_proj.bias.detach()
+    return q, k, v, o, o.linear(out_proj.weight.detach(), out_b)
+
+
+def rounding_of(ref, query, key, value, attn_mask=None, key_padding_mask=None):
+    """The bound of the rounding of ref's forward in float64, which mha's follows step by step:
+    the in-projections, each head's attention, the out-projection."""
+    return _forward(ref, query, key, value, mha.mask_from_torch(attn_mask, key_padding_mask))[-1]
+
+
+def exact(ref, *args, **kwargs):
+    """torch's module in float64 on the same inputs (weights, tensors, float masks converted exactly)."""
+    to64 = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t   # noqa: E731
+    with torch.no_grad():
+        return copy.deepcopy(ref).double()(*map(to64, args), **{k: to64(v) for k, v in kwargs.items()})
+
+
+def assert_matches(got, expected, ref, query, key, value, **kwargs):
+    """got (mha's) against expected (ref's, torch's module, on the same inputs): float32 as
+    accurate as torch's, float64 within the rounding of both."""
+    if got.dtype == torch.float64:
+        assert_within(got, expected, rounding_of(ref, query, key, value, **kwargs))
+    else:
+        assert_as_accurate_as(got, expected, exact(ref, query, key, value, need_weights=False, **kwargs)[0])
 
 
 def inputs(kind, dtype):
@@ -52,7 +100,7 @@ def test_from_torch_matches_torch_without_a_mask(kind, bias, backend, dtype):
     ours = mha.MultiHeadAttention.from_torch(ref, backend=backend)
     (q, k, v), args = inputs(kind, dtype)
     expected, _ = ref(q, k, v, need_weights=False)
-    torch.testing.assert_close(ours(q, *args), expected, rtol=0, atol=DTYPES[dtype])
+    assert_matches(ours(q, *args), expected, ref, q, k, v)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -62,7 +110,7 @@ def test_from_torch_weights_match_torch_per_head_weights(kind):
     (q, k, v), args = inputs(kind, torch.float32)
     _, expected = ref(q, k, v, need_weights=True, average_attn_weights=False)
     _, weights = ours(q, *args, need_weights=True)
-    torch.testing.assert_close(weights, expected, rtol=0, atol=1e-6)
+    assert_as_accurate_as(weights, expected, exact(ref, q, k, v, need_weights=True, average_attn_weights=False)[1])
 
 
 def masks(case, tq, tk, dtype):
@@ -98,9 +146,10 @@ def test_from_torch_matches_torch_with_masks_in_self_attention(case, backend, dt
     x = rand(B, TQ, C, dtype=dtype)
     attn_mask, key_padding, mask, causal = masks(case, TQ, TQ, dtype)
     expected, _ = ref(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding, need_weights=False)
-    torch.testing.assert_close(ours(x, mask=mask, is_causal=causal), expected, rtol=0, atol=DTYPES[dtype])
+    torch_masks = dict(attn_mask=attn_mask, key_padding_mask=key_padding)
+    assert_matches(ours(x, mask=mask, is_causal=causal), expected, ref, x, x, x, **torch_masks)
     converted = mha.mask_from_torch(attn_mask, key_padding)
-    torch.testing.assert_close(ours(x, mask=converted), expected, rtol=0, atol=DTYPES[dtype])
+    assert_matches(ours(x, mask=converted), expected, ref, x, x, x, **torch_masks)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -112,7 +161,18 @@ def test_from_torch_matches_torch_with_masks_in_cross_attention(case, backend, d
     (q, k, v), args = inputs("cross-kdim-vdim", dtype)
     attn_mask, key_padding, mask, _ = masks(case, TQ, TK, dtype)
     expected, _ = ref(q, k, v, attn_mask=attn_mask, key_padding_mask=key_padding, need_weights=False)
-    torch.testing.assert_close(ours(q, *args, mask=mask), expected, rtol=0, atol=DTYPES[dtype])
+    assert_matches(ours(q, *args, mask=mask), expected, ref, q, k, v, attn_mask=attn_mask,
+                   key_padding_mask=key_padding)
+
+def rounding_of_input_gradient(ref, x):
+    """The bound of the rounding of d/dx sum(out^2) for causal self-attention, by autograd's
+    steps: 2 out, back through the out-projection, each head's attention
+    (precision.attention_backward) and the packed in-projection (one 3C-term sum)."""
+    q, k, v, _, out = _forward(ref, x, x, x, is_causal=True)
+    _, _, packed, out_proj = _projections(ref)
+    d_heads = (out.scaled(2.0) @ out_proj.weight.detach()).map(lambda t: mha.split_heads(t, ref.num_heads))
+    grads = attention_backward(q, k, v, d_heads, is_causal=True)
+    return Rounding.cat([g.map(mha.merge_heads) for g in grads]) @ packed.detach()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -123,7 +183,7 @@ def test_from_torch_matches_torch_gradients(backend):
     causal = ~mha.causal_mask(TQ)
     (g_ref,) = torch.autograd.grad(ref(x, x, x, attn_mask=causal, need_weights=False)[0].square().sum(), x)
     (g_ours,) = torch.autograd.grad(ours(x, is_causal=True).square().sum(), x)
-    torch.testing.assert_close(g_ours, g_ref, rtol=0, atol=1e-10)
+    assert_within(g_ours, g_ref, rounding_of_input_gradient(ref, x))
 
 
 def make_ours(**kwargs):
@@ -144,7 +204,7 @@ def test_to_torch_computes_the_same_function(kwargs):
     assert isinstance(ref, nn.MultiheadAttention) and ref.batch_first
     (q, k, v), args = inputs("cross-kdim-vdim" if "kdim" in kwargs else "self", torch.float32)
     expected, _ = ref(q, k, v, need_weights=False)
-    torch.testing.assert_close(ours(q, *args), expected, rtol=0, atol=1e-5)
+    assert_matches(ours(q, *args), expected, ref, q, k, v)
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"bias": True}, {"bias": True, "kdim": 3, "vdim": 5}],
