@@ -12,8 +12,8 @@ any summation order:
   (``same``), plus two units in the last place (ulps) of the problem's largest value. This is
   FlashAttention's own test rule. The ulps are for results that the plain maths get exactly
   (a gradient that is 0 in exact arithmetic, as with a single key) but that the code under
-  test computes from terms of the problem's size. The distance is the root mean square of the error over
-  all elements. The largest single error would be one rounding's luck: between two float32
+  test computes from terms of the problem's size. The distance is the root mean square of
+  the error over all elements. The largest single error would be one rounding's luck: between two float32
   computations of the same attention, as accurate as each other on average, the ratio of
   their largest errors ranged from 0.3 to 4.7 over 20 draws and three BLAS kernels; the
   ratio of their RMS errors stays near 1. A real bug, even in one element, still shows: an
