@@ -80,3 +80,12 @@ def test_one_fingerprint_for_answers_that_differ_only_in_names_formatting_and_wo
     assert len(prints) == 1 and "" not in prints
     assert fingerprint(other, "f") not in prints
     assert fingerprint("def f(:", "f") == ""
+
+
+def test_a_message_shown_beside_the_code_loses_any_word_that_holds_a_name():
+    from mha.grading.anonymise import mask_text
+
+    text = "public check 1: raised ValueError: by Victor_Leblanc (id 20231147)"
+    assert mask_text(text, name_tokens("Victor Leblanc", "20231147")) == \
+        "public check 1: raised ValueError: by [name] (id [name])"
+    assert mask_text(text, frozenset()) == text

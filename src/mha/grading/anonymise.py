@@ -179,6 +179,14 @@ def mask_names(code: str, tokens, keep=()) -> str:
     return anonymous_code(tree.body, tokens, keep)
 
 
+def mask_text(text: str, tokens) -> str:
+    """``text`` with every word that holds one of ``tokens`` replaced by ``[name]``: for
+    messages shown beside the code, which should hold none, but might one day quote one."""
+    if not tokens:
+        return text
+    return re.sub(r"[0-9A-Za-z_]+", lambda m: "[name]" if _holds(m.group(0), tokens) else m.group(0), text)
+
+
 # ----------------------------------------------------------------------------- answer groups
 
 class _Normalise(ast.NodeTransformer):

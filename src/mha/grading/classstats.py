@@ -20,7 +20,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .anonymise import fingerprint, mask_names, name_tokens
+from .anonymise import fingerprint, mask_names, mask_text, name_tokens
 from .roster import Student as RosterStudent
 from .roster import match as roster_match
 
@@ -141,7 +141,7 @@ class StudentRow:
     shown: str                    # the name on the page: the key, the roster's name, or a pseudonym
     section: str
     roster_id: str
-    submitted: bool
+    submitted: bool               # something was graded (not an empty folder, not only on the roster)
     total: float
     lessons: dict[str, float | None]
     problems: list[str]
@@ -209,7 +209,7 @@ def build(doc: dict, *, roster: list[RosterStudent] | None = None, pseudonymise:
     students = []
     for r in rows:
         lesson_totals = {g.id: _lesson_total(r, g) for g in groups}
-        students.append(StudentRow(r.key, r.shown, r.section, r.roster_id, r.submitted,
+        students.append(StudentRow(r.key, r.shown, r.section, r.roster_id, r.submitted and bool(r.answers),
                                    round(sum(a["score"] for a in r.answers.values()), 2), lesson_totals,
                                    _problems(r, groups, by_id), r.path))
     students.sort(key=lambda s: (sections.index(s.section) if s.section in sections else -1, _natural(s.shown)))
@@ -217,11 +217,11 @@ def build(doc: dict, *, roster: list[RosterStudent] | None = None, pseudonymise:
     teach, more = _teach_again(stats)
     report = ClassReport(
         submissions=len(graded), exercises=stats, lessons=groups, whole=whole, by_section=by_section,
-        lesson_sections=lesson_sections, students=[s for s in students if s.submitted and s.key in totals],
+        lesson_sections=lesson_sections, students=[s for s in students if s.submitted],
         sections=sections, teach=teach, teach_more=more, taught=_taught(stats, graded),
         pseudonymised=pseudonymise, site_url=site_url, graded=doc.get("graded", ""), roster=bool(roster),
         notes=list(notes or []))
-    report.nothing = [s for s in students if s.key not in totals]
+    report.nothing = [s for s in students if not s.submitted]
     report.forbidden = [s for s in students if any("forbidden" in p for p in s.problems)]
     report.unmatched = [s for s in students if roster and s.section == NOT_ON_ROSTER]
     if pseudonymise:
@@ -435,7 +435,7 @@ def _exercise(number: int, e: dict, rows: list[_Row], totals: dict, sections: li
                           n, {s: t.mistakes.get(key, 0) for s, t in by_section.items()}))
     diagnosis = e.get("diagnosis") or {}
     for k, (hint, n) in enumerate(sorted(tally.diagnoses.items(), key=lambda kv: (-kv[1], kv[0]))):
-        hints.append(Hint(e["id"], "diagnosis", str(k + 1), "diagnosis", hint,
+        hints.append(Hint(e["id"], "diagnosis", str(k + 1), "diagnosis", mask_text(hint, tokens),
                           link(diagnosis.get("section", ""), diagnosis.get("taught", ""), site_url), n,
                           {s: t.diagnoses.get(hint, 0) for s, t in by_section.items()}))
     for h in hints:
@@ -489,8 +489,8 @@ def _answer_groups(e: dict, present: list[_Row], listed: dict,
         if len(lines) > MAX_EXAMPLE_LINES:
             lines = lines[:MAX_EXAMPLE_LINES] + [f"# ... {len(lines) - MAX_EXAMPLE_LINES} more lines"]
         sections = Counter(r.section for r, _ in members)
-        groups.append(AnswerGroup(number, len(members), dict(sections), labels(members), _failed(e, first),
-                                  "\n".join(lines)))
+        groups.append(AnswerGroup(number, len(members), dict(sections), labels(members),
+                                  [mask_text(f, tokens) for f in _failed(e, first)], "\n".join(lines)))
     rest = ranked[GROUPS:]
     return groups, (len(rest), sum(len(ms) for ms in rest)), unexplained
 

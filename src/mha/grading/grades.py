@@ -115,19 +115,24 @@ def read(path) -> dict:
 
 
 def _validate(doc: dict) -> None:
+    """Raise KeyError, TypeError or ValueError where the document lacks what the report reads."""
+    def has(record: dict, what: str, keys: tuple[str, ...]) -> None:
+        missing = [k for k in keys if k not in record]
+        if missing:
+            raise ValueError(f"{what} has no {', '.join(missing)}")
+
     for e in doc["exercises"]:
-        for key in ("id", "title", "lesson", "points", "mistakes"):
-            e[key]
+        has(e, f"exercise {e.get('id')!r}", ("id", "title", "lesson", "points", "mistakes"))
         float(e["points"])
     ids = {e["id"] for e in doc["exercises"]}
     for s in doc["submissions"]:
-        if not isinstance(s["student"], str) or not isinstance(s["exercises"], list):
-            raise ValueError(f"submission {s.get('student')!r} has no name or no exercises")
+        has(s, f"submission {s.get('student')!r}", ("student", "path", "score", "exercises"))
         for e in s["exercises"]:
+            has(e, f"{s['student']!r}'s answer {e.get('id')!r}", ("id", "score", "max_score", "status", "checks"))
             if e["id"] not in ids:
                 raise ValueError(f"submission {s['student']!r} has an answer to {e['id']!r}, an exercise the file "
                                  "does not describe")
-            float(e["score"]), e["status"], list(e["checks"])
+            float(e["score"])
 
 
 def merge(named: list[tuple[str, dict]], *, replace: bool = False, same=None) -> tuple[dict, list[str]]:
