@@ -232,3 +232,18 @@ def test_the_scatter_labels_every_exercise_with_its_number():
     assert numbers == ["1", "2", "3"]
     right = re.search(r'>2</text>', svg).start()
     assert 'text-anchor="end"' in svg[svg.rfind("<text", 0, right):right], "a label at 100% stays inside the figure"
+
+
+def test_one_student_of_the_roster_graded_in_two_runs_is_an_error_unless_replace():
+    rows = [roster.Student("20231147", "Victor Leblanc", "a", 2)]
+    a = document({"victor_leblanc": [answer("e", 1)]})
+    b = document({"20231147": [answer("e", 3)]})  # a late run, another folder: the same student by id
+    b["submissions"][0].update(path="late/20231147", source="/late/20231147")
+
+    def same(x, y):
+        return (m := roster.match(rows, x)) is not None and m == roster.match(rows, y)
+
+    with pytest.raises(grades.GradesError, match="class/victor_leblanc is graded in a.json and in b.json"):
+        grades.merge([("a.json", a), ("b.json", b)], same=same)
+    merged, notes = grades.merge([("a.json", a), ("b.json", b)], same=same, replace=True)
+    assert [s["score"] for s in merged["submissions"]] == [3] and "replaced by those of b.json" in notes[0]

@@ -321,11 +321,11 @@ def _report(args) -> int:
         return roster
     try:
         named = [(path, grades.read(path)) for path in args.grades]
-        same = None
-        if roster:
-            def same(a, b):
-                return (x := match(roster, a)) is not None and x == match(roster, b)
-        doc, notes = grades.merge(named, replace=args.replace, same=same)
+
+        def same(a, b):  # two submissions of one student of the roster
+            return (x := match(roster, a)) is not None and x == match(roster, b)
+
+        doc, notes = grades.merge(named, replace=args.replace, same=same if roster else None)
     except (grades.GradesError, RosterError) as e:
         print(f"mha report: {e}", file=sys.stderr)
         return 2
