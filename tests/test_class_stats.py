@@ -3,6 +3,7 @@ merging of grades, on made-up grades documents: no grading, no HTML."""
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -247,3 +248,35 @@ def test_one_student_of_the_roster_graded_in_two_runs_is_an_error_unless_replace
         grades.merge([("a.json", a), ("b.json", b)], same=same)
     merged, notes = grades.merge([("a.json", a), ("b.json", b)], same=same, replace=True)
     assert [s["score"] for s in merged["submissions"]] == [3] and "replaced by those of b.json" in notes[0]
+
+
+def test_a_submission_that_could_not_be_read_is_named_and_left_out_of_the_numbers():
+    doc = document({"ada": [answer("e", 3)], "ben": [answer("e", 1)], "broken": [answer("e", 0, status="unreadable")],
+                    "empty": [answer("e", 0, status="unreadable")]})
+    doc["submissions"][3]["files"] = []
+    report = build(doc)
+    assert report.submissions == 2 and report.exercises[0].tally.students == 2
+    assert [(s.shown, s.problems) for s in report.nothing] == [("broken", ["could not be read"]),
+                                                              ("empty", ["submitted nothing"])]
+    keyed = {(s, i, m): v for s, i, m, v, _ in classstats.numbers(report)}
+    assert keyed["class", "", "could not be read"] == 1 and keyed["class", "", "submitted nothing"] == 1
+    assert ("student", "broken", "total") not in keyed
+
+
+@pytest.mark.parametrize("options", [{}, {"pseudonymise": True}, {"roster": True}, {"roster": True, "site_url": "x"}])
+def test_the_page_shows_every_number_of_the_csv_and_no_other(options):
+    from mha.grading import classreport
+
+    students = {"ada": [answer("e", 3), answer("f", 1, mistake="m", code=NAIVE)],
+                "ben": [answer("e", 1, diagnosis="a diagnosis"), answer("f", 0, status="timeout")],
+                "broken": [answer("e", 0, status="unreadable"), answer("f", 0, status="unreadable")],
+                "cy": [answer("e", 0, status="error"), answer("f", 2, code=OTHER)]}
+    doc = document(students, [("e", "01-x", []), ("f", "02-y", [mistake("m", name="named")])])
+    rows = [roster.Student("1", "Ada", "A", 2), roster.Student("2", "Ben", "B", 3), roster.Student("3", "Dee", "B", 4)]
+    report = build(doc, roster=rows if options.get("roster") else None, pseudonymise=options.get("pseudonymise", False),
+                   site_url=options.get("site_url"))
+    page = classreport.render(report)
+    shown = {html.unescape(k) for k in re.findall(r'data-key="([^"]*)"', page)}
+    listed = {f"{s}|{i}|{m}" for s, i, m, _, _ in classstats.numbers(report)}
+    assert shown == listed
+    assert "could not be read" in page and ("Dee" in page) == bool(options.get("roster") and not options.get("pseudonymise"))

@@ -384,6 +384,7 @@ def test_two_submissions_of_one_name_get_a_name_each_and_a_gradescope_file_each(
                                    f"Li_Wei ({tmp_path.name})"]
     with pytest.raises(ValueError, match="is given twice"):
         unique_names([tmp_path / "a", tmp_path / "b" / ".." / "a"])
+    assert unique_names([tmp_path / "a", tmp_path / "a", tmp_path / "ana"], repeats=True) == ["a", "a (2)", "ana"]
     reps = [SubmissionReport(n, str(p), 1.0, 3.0) for n, p in zip(unique_names(paths), paths)]
     written = reports.write_gradescope(reps, tmp_path / "gs")
     assert len({p.parent.name.casefold() for p in written}) == len(paths)

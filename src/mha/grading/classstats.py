@@ -141,7 +141,7 @@ class StudentRow:
     shown: str                    # the name on the page: the key, the roster's name, or a pseudonym
     section: str
     roster_id: str
-    submitted: bool               # something was graded (not an empty folder, not only on the roster)
+    submitted: bool               # something was graded (not only on the roster, an empty folder, a broken file)
     total: float
     lessons: dict[str, float | None]
     problems: list[str]
@@ -174,7 +174,7 @@ class ClassReport:
     site_url: str | None
     graded: str
     roster: bool = False
-    nothing: list[StudentRow] = field(default_factory=list)     # on the roster or given, nothing to grade
+    nothing: list[StudentRow] = field(default_factory=list)     # on the roster or given, nothing graded
     forbidden: list[StudentRow] = field(default_factory=list)   # used a forbidden function
     unmatched: list[StudentRow] = field(default_factory=list)   # submissions not on the roster
     notes: list[str] = field(default_factory=list)
@@ -258,12 +258,13 @@ def _students(doc: dict, roster, pseudonymise: bool) -> list[_Row]:
                                   "of the roster: leave one out (of two grading runs, --replace keeps the later)")
             matched[entry.id] = s["path"]
         files = s.get("files", [])
+        readable = bool(files) and not all(e["status"] == "unreadable" for e in s["exercises"])
         section = entry.section if entry else (NOT_ON_ROSTER if roster else "")
         shown = entry.name if entry else s["student"]
         tokens = name_tokens(s["student"], *((entry.name, entry.id) if entry else ()))
         rows.append(_Row(s["student"], shown, s["path"], section, entry.id if entry else "",
-                         entry.name if entry else "", bool(files),
-                         {e["id"]: e for e in s["exercises"]} if files else {}, files, tokens))
+                         entry.name if entry else "", readable,
+                         {e["id"]: e for e in s["exercises"]} if readable else {}, files, tokens))
     for entry in roster or []:
         if entry.id not in matched:
             rows.append(_Row(entry.id, entry.name, "", entry.section, entry.id, entry.name, False, {}, [],
@@ -294,9 +295,7 @@ def _problems(r: _Row, groups: list[GroupStats], by_id: dict) -> list[str]:
     """What went wrong for a student, apart from wrong answers: crashes, time-outs, forbidden
     calls, exercises missing, lessons not handed in."""
     if not r.submitted:
-        return ["submitted nothing"]
-    if r.answers and all(a["status"] == "unreadable" for a in r.answers.values()):
-        return ["could not be read"]
+        return ["could not be read"] if r.files else ["submitted nothing"]
     out = []
     for g in groups:
         answers = [r.answers[i] for i in g.exercises if i in r.answers]
@@ -423,6 +422,8 @@ def _exercise(number: int, e: dict, rows: list[_Row], totals: dict, sections: li
     answers = [r.answers[e["id"]] for r in present]
     tally = _tally(answers)
     by_section = {s: _tally([r.answers[e["id"]] for r in present if r.section == s]) for s in sections}
+    for t in by_section.values():  # every status of the class, in every section's column
+        t.status = {status: t.status.get(status, 0) for status in tally.status}
     scores = [a["score"] for a in answers]
     ranked = [totals[r.key] for r in present]
     points = float(e["points"])
@@ -563,7 +564,10 @@ def numbers(report: ClassReport) -> list[tuple[str, str, str, object, str]]:
         ("class", "", "wrong", sum(e.tally.wrong for e in report.exercises), ""),
         ("class", "", "unexplained", sum(e.tally.unexplained for e in report.exercises), "")]
     if report.roster or report.nothing:
-        rows.append(("class", "", "submitted nothing", len(report.nothing), ""))
+        broken = sum(s.problems == ["could not be read"] for s in report.nothing)
+        rows.append(("class", "", "submitted nothing", len(report.nothing) - broken, ""))
+        if broken:
+            rows.append(("class", "", "could not be read", broken, ""))
     if report.roster:
         rows += [("class", "", "used a forbidden function", len(report.forbidden), ""),
                  ("class", "", "not on the roster", len(report.unmatched), "")]
