@@ -270,9 +270,9 @@ def _students(doc: dict, roster, pseudonymise: bool) -> list[_Row]:
             rows.append(_Row(entry.id, entry.name, "", entry.section, entry.id, entry.name, False, {}, [],
                              name_tokens(entry.name, entry.id)))
     shown = Counter(r.shown for r in rows)
-    for r in rows:  # two students of one name on the roster: their ids tell them apart
-        if shown[r.shown] > 1 and r.roster_id:
-            r.shown = f"{r.shown} ({r.roster_id})"
+    for r in rows:  # two students of one name: their ids, or their files, tell them apart
+        if shown[r.shown] > 1:
+            r.shown = f"{r.shown} ({r.roster_id or r.key})"
     if pseudonymise:
         seed = str(doc.get("pseudonym_seed", ""))
         order = sorted(rows, key=lambda r: hashlib.sha256(f"{seed}|{r.roster_id or r.key}".encode()).hexdigest())
