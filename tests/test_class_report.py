@@ -431,10 +431,11 @@ def shoot(tab, start: str, end: str, name: str) -> None:
 
     top, bottom = (tab.page.locator(sel).evaluate("h => h.getBoundingClientRect().top + window.scrollY")
                    for sel in (start, end))
+    left, width = tab.page.locator("main").evaluate("m => [m.getBoundingClientRect().left, m.clientWidth]")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / name
     tab.page.screenshot(path=str(shot), full_page=True,
-                        clip={"x": 60, "y": top - 16, "width": 1160, "height": min(1800, bottom - top - 8)})
+                        clip={"x": left, "y": top - 16, "width": width, "height": min(1800, bottom - top - 8)})
     assert shot.stat().st_size > 20_000
     if os.environ.get("MHA_UPDATE_FIGURES"):
         shutil.copyfile(shot, ROOT / "book" / "images" / name)
