@@ -226,7 +226,8 @@ def build(doc: dict, *, roster: list[RosterStudent] | None = None, pseudonymise:
     report.unmatched = [s for s in students if roster and s.section == NOT_ON_ROSTER]
     if pseudonymise:
         report.key = [{"pseudonym": r.shown, "student": r.key, "path": r.path, "id": r.roster_id,
-                       "name": r.roster_name, "section": r.section} for r in sorted(rows, key=lambda r: _natural(r.shown))]
+                       "name": r.roster_name, "section": r.section}
+                      for r in sorted(rows, key=lambda r: _natural(r.shown))]
     return report
 
 
@@ -432,7 +433,8 @@ def _exercise(number: int, e: dict, rows: list[_Row], totals: dict, sections: li
     hints = []
     for key, n in sorted(tally.mistakes.items(), key=lambda kv: (-kv[1], listed.get(kv[0], (1 << 30,))[0])):
         k, m = listed.get(key, (None, {"key": key, "hint": "", "section": "", "taught": ""}))
-        hints.append(Hint(e["id"], "mistake", key, _mistake_label(m), m["hint"], link(m["section"], m["taught"], site_url),
+        taught = link(m["section"], m["taught"], site_url)
+        hints.append(Hint(e["id"], "mistake", key, _mistake_label(m), m["hint"], taught,
                           n, {s: t.mistakes.get(key, 0) for s, t in by_section.items()}))
     diagnosis = e.get("diagnosis") or {}
     for k, (hint, n) in enumerate(sorted(tally.diagnoses.items(), key=lambda kv: (-kv[1], kv[0]))):
@@ -503,7 +505,8 @@ def _failed(e: dict, answer: dict) -> list[str]:
     by_message: dict[str, list[str]] = {}
     for c in answer["checks"]:
         if not c["passed"]:
-            by_message.setdefault(c["message"], []).append(c["name"] + (f" ({notes[c['name']]})" if c["name"] in notes else ""))
+            note = f" ({notes[c['name']]})" if c["name"] in notes else ""
+            by_message.setdefault(c["message"], []).append(c["name"] + note)
     return [f"{_names(names)}: {message}" for message, names in by_message.items()]
 
 
@@ -549,7 +552,8 @@ def _taught(stats: list[ExerciseStats], rows: list[_Row]) -> list[Taught]:
                 if h.taught is not None and ((h.kind == "mistake" and h.key in keys)
                                              or (h.kind == "diagnosis" and h.hint in hints)):
                     by_link[(h.taught.text, h.taught.href)]["students"].add(r.key)
-    out = [Taught(Link(text, href), len(v["students"]), v["answers"], v["hints"]) for (text, href), v in by_link.items()]
+    out = [Taught(Link(text, href), len(v["students"]), v["answers"], v["hints"])
+           for (text, href), v in by_link.items()]
     return sorted(out, key=lambda t: (-t.students, -t.answers, t.link.text))
 
 

@@ -35,7 +35,8 @@ def histogram(values: list[float], top: float, *, label: str, bins: int = 10,
         edges = [(top * k / steps[0], top * k / steps[0]) for k in range(steps[0] + 1)]
         names = [_fmt(lo) for lo, _ in edges]
     else:  # bins of a round width, at most ``bins`` + 2 of them
-        width = next(w * 10 ** e for e in range(-1, 8) for w in (1, 2, 2.5, 5) if math.ceil(top / (w * 10 ** e)) <= bins + 2)
+        width = next(w * 10 ** e for e in range(-1, 8) for w in (1, 2, 2.5, 5)
+                     if math.ceil(top / (w * 10 ** e)) <= bins + 2)
         edges = [(k * width, min(top, (k + 1) * width)) for k in range(math.ceil(top / width))]
         names = [f"{_fmt(lo)}-{_fmt(hi)}" for lo, hi in edges]
     counts = []
@@ -83,7 +84,8 @@ def scatter(items: list[tuple[int, str, float, float | None, bool]], threshold: 
         parts.append(f'<line class="grid" x1="{left}" x2="{w - right}" y1="{Y(r):.1f}" y2="{Y(r):.1f}"/>')
         parts.append(f'<text class="ink" x="{left - 4}" y="{Y(r) + 4:.1f}" text-anchor="end">{r * 100:.0f}%</text>')
     for d in (0, 0.25, 0.5, 0.75, 1):
-        parts.append(f'<text class="ink" x="{X(d):.1f}" y="{h - bottom + 14}" text-anchor="middle">{d * 100:.0f}%</text>')
+        parts.append(f'<text class="ink" x="{X(d):.1f}" y="{h - bottom + 14}" '
+                     f'text-anchor="middle">{d * 100:.0f}%</text>')
     parts.append(f'<line class="flag-line" x1="{left}" x2="{w - right}" y1="{Y(threshold):.1f}" '
                  f'y2="{Y(threshold):.1f}" stroke-dasharray="4 3"/>')
     for number, _, difficulty, r, flagged in items:
@@ -101,7 +103,8 @@ def scatter(items: list[tuple[int, str, float, float | None, bool]], threshold: 
     def describe(item):
         number, eid, difficulty, r, flagged = item
         disc = "undefined" if r is None else f"{round(100 * r)}%"
-        return f"{number} {eid}: mean {round(100 * difficulty)}%, discrimination {disc}" + (", flagged" if flagged else "")
+        flag = ", flagged" if flagged else ""
+        return f"{number} {eid}: mean {round(100 * difficulty)}%, discrimination {disc}{flag}"
 
     alt = (f"Scatter plot of the {len(items)} exercises, each marked with its number: mean score (difficulty) "
            f"across, discrimination up, a dashed line at {threshold:.0%}; flagged ones are squares. "
