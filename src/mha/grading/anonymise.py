@@ -21,6 +21,8 @@ import builtins
 import hashlib
 import re
 
+from .extract import parse
+
 KEPT_CALLS = {"einsum", "rearrange", "reduce", "repeat", "pack", "unpack"}  # subscripts are maths
 SUBSCRIPTS = re.compile(r"[A-Za-z0-9.,()\s>-]{1,60}")
 FLOAT_WORDS = re.compile(r"\s*[+-]?(inf|infinity|nan)\s*", re.I)
@@ -156,9 +158,7 @@ class _Anonymise(ast.NodeTransformer):
 def anonymous_code(statements: list[ast.stmt], tokens=frozenset(), keep=()) -> str:
     """The source of ``statements`` with nothing a student wrote in words and no identifier
     holding one of ``tokens`` (see :func:`name_tokens`); ``keep``: names never renamed."""
-    import copy
-
-    module = ast.Module(body=copy.deepcopy(list(statements)), type_ignores=[])
+    module = parse(ast.unparse(ast.Module(body=list(statements), type_ignores=[])))  # a copy: comments gone
     worker = _Anonymise(tokens, set(keep))
     worker.stored_attrs = {n.attr for n in ast.walk(module) if isinstance(n, ast.Attribute)
                            and isinstance(n.ctx, ast.Store)}
@@ -173,7 +173,7 @@ def mask_names(code: str, tokens, keep=()) -> str:
     if not code or not tokens:
         return code
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError:
         return ""
     return anonymous_code(tree.body, tokens, keep)
@@ -231,7 +231,7 @@ def fingerprint(code: str, function: str = "") -> str:
     names they bind, their imports' aliases, formatting, comments, strings or annotations.
     ``function``, the exercise's function, keeps its name. "" when the code does not parse."""
     try:
-        tree = ast.parse(anonymous_code(ast.parse(code).body, keep={function}))
+        tree = parse(anonymous_code(parse(code).body, keep={function}))
     except (SyntaxError, ValueError):
         return ""
     aliases: dict[str, str] = {}

@@ -133,6 +133,12 @@ _MAGIC = re.compile(r"^\s*[%!]")
 _PARSE_LOCK = threading.Lock()
 
 
+def parse(source: str) -> ast.Module:
+    """``ast.parse``, one thread at a time."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def parse_cells(cells: list[str], origins: list[str] | None = None) -> tuple[list[ast.stmt], list[str]]:
     """Top-level statements of every cell that parses, and a note per cell that does not.
     ``origins``: per cell, the name of its file; a note then names the file and counts the
@@ -144,8 +150,7 @@ def parse_cells(cells: list[str], origins: list[str] | None = None) -> tuple[lis
         counted[origin] = counted.get(origin, 0) + 1
         src = "\n".join("pass" if _MAGIC.match(line) else line for line in cell.splitlines())
         try:
-            with _PARSE_LOCK:
-                tree = ast.parse(src)
+            tree = parse(src)
         except SyntaxError as e:
             where = f"{origin}, code cell {counted[origin]}" if origin else f"code cell {n + 1}"
             notes.append(f"{where} has a syntax error (line {e.lineno}: {e.msg}); it was skipped")
