@@ -40,6 +40,7 @@ SECTIONS = ("section-a", "section-b")
 TWINS = 1       # the last student has the name of the first, in the other section
 ABSENT = 2      # on the roster, nothing submitted
 SEED = 5
+SITE = (ROOT / "_build" / "html").as_uri()  # given to every run: by default, links depend on a build being there
 
 
 @dataclass
@@ -98,7 +99,7 @@ def graded(tmp_path_factory) -> Graded:
     only = [a for i in EXERCISE_IDS for a in ("--only", i)]
     r = mha("grade", *(folder / "submissions" / s for s in SECTIONS), *only, "--jobs", "2", "--exercise-timeout", "3",
             "--json", folder / "grades.json", "--report", folder / "report", "--roster", folder / "roster.csv",
-            "--quiet")
+            "--site-url", SITE, "--quiet")
     assert r.returncode == 0, r.stderr
     page, keyed, rows = read_report(folder / "report")
     return Graded(students, absent, json.loads((folder / "grades.json").read_text()), page, keyed, rows, folder)
@@ -156,7 +157,8 @@ def test_the_counts_on_the_page_equal_the_counts_in_the_json_report(graded):
     points = {e["id"]: e["points"] for e in data["exercises"]}
     wrong_in_all = unexplained_in_all = 0
     for scope, subs in [("exercise", data["submissions"])] + [
-            (f"exercise ({sec})", [s for s in data["submissions"] if section_of[s["source"]] == sec]) for sec in SECTIONS]:
+            (f"exercise ({sec})", [s for s in data["submissions"] if section_of[s["source"]] == sec])
+            for sec in SECTIONS]:
         for exercise_id, answers in by_exercise(subs).items():
             key = f"{scope}|{exercise_id}|"
             statuses = Counter(a["status"] for a in answers)
@@ -217,7 +219,8 @@ def mistake_made_by(exercise_id: str, fn) -> str:
 def planted(graded) -> tuple[str, str, int]:
     exercise_id, name = PLANTED
     fn = next(f for _, f in answer_pool(exercise_id) if f.__name__ == name)
-    return exercise_id, mistake_made_by(exercise_id, fn), sum(s.answers[exercise_id] == "planted" for s in graded.students)
+    n = sum(s.answers[exercise_id] == "planted" for s in graded.students)
+    return exercise_id, mistake_made_by(exercise_id, fn), n
 
 
 def test_the_planted_mistake_comes_out_on_top(graded):
@@ -318,7 +321,8 @@ def test_item_statistics_number_every_exercise_and_give_its_quintiles(graded):
 
 def test_the_report_from_the_grades_equals_the_one_made_while_grading(graded):
     out = graded.folder / "again"
-    r = mha("report", graded.folder / "grades.json", "--out", out, "--roster", graded.folder / "roster.csv")
+    r = mha("report", graded.folder / "grades.json", "--out", out, "--roster", graded.folder / "roster.csv",
+            "--site-url", SITE)
     assert r.returncode == 0, r.stderr
     page, keyed, rows = read_report(out)
     assert rows == graded.rows and len(rows) > 400
@@ -331,7 +335,7 @@ def test_a_pseudonymised_report_names_no_one_and_its_key_finds_everyone(graded):
     for k in range(2):
         out = graded.folder / f"pseudonymised-{k}"
         r = mha("report", graded.folder / "grades.json", "--out", out, "--roster", graded.folder / "roster.csv",
-                "--pseudonymise")
+                "--pseudonymise", "--site-url", SITE)
         assert r.returncode == 0, r.stderr
         assert str(out / classreport.KEY_NAME) in r.stderr
         runs.append((read_report(out), list(csv.DictReader(open(out / classreport.KEY_NAME)))))
@@ -365,7 +369,7 @@ def split(graded, tmp: Path) -> tuple[Path, Path]:
 
 def test_two_runs_merge_into_the_report_of_one(graded, tmp_path):
     a, b = split(graded, tmp_path)
-    r = mha("report", a, b, "--out", tmp_path / "merged", "--roster", graded.folder / "roster.csv")
+    r = mha("report", a, b, "--out", tmp_path / "merged", "--roster", graded.folder / "roster.csv", "--site-url", SITE)
     assert r.returncode == 0, r.stderr
     _, keyed, rows = read_report(tmp_path / "merged")
     assert keyed == graded.keyed and rows == graded.rows

@@ -46,7 +46,7 @@ TOP_LEFT = '''import torch
 def causal_mask(q_len, k_len):
     return torch.ones(q_len, k_len, dtype=torch.bool).tril()
 '''
-NAMES = ("Victor Leblanc", "20231147")
+SITE = (ROOT / "_build" / "html").as_uri()  # given to every run: by default, links depend on a build being there
 
 
 def correct(exercise_id: str) -> str:
@@ -79,7 +79,8 @@ def handout(stubs: dict[str, Path], lesson: str, folder: Path, answers: dict[str
 def klass(tmp_path_factory):
     """The class, graded once: (folder, exit, stderr, grades JSON, report page, key rows)."""
     root = tmp_path_factory.mktemp("edge")
-    stubs = {p.stem: p for p in write_student_notebooks(root / "handout", [ROOT / "lessons" / f"{x}.md" for x in LESSONS])}
+    lessons = [ROOT / "lessons" / f"{x}.md" for x in LESSONS]
+    stubs = {p.stem: p for p in write_student_notebooks(root / "handout", lessons)}
     subs = root / "submissions"
     full = {"stable_softmax": correct("onehead.stable_softmax"), "heads_into_batch": correct("dims.heads_into_batch"),
             "causal_mask": correct("masking.causal_mask")}
@@ -105,7 +106,7 @@ def klass(tmp_path_factory):
     only = [a for i in ONLY for a in ("--only", i)]
     r = mha("grade", *sorted((subs / "section-a").iterdir()), *sorted((subs / "section-b").iterdir()), "--by-folder",
             *only, "--jobs", "2", "--json", root / "grades.json", "--gradescope", root / "gs", "--report",
-            root / "report", "--roster", roster, "--pseudonymise", "--quiet")
+            root / "report", "--roster", roster, "--pseudonymise", "--site-url", SITE, "--quiet")
     page = (root / "report" / classreport.HTML_NAME).read_text()
     with open(root / "report" / classreport.KEY_NAME, newline="") as f:
         key = list(csv.DictReader(f))
@@ -212,7 +213,8 @@ def test_a_folder_of_student_folders_is_graded_as_its_students(klass, tmp_path):
 
 def test_the_report_is_made_again_from_the_grades_with_the_same_pseudonyms(klass, tmp_path):
     root, _, _, page, key = klass
-    r = mha("report", root / "grades.json", "--out", tmp_path, "--roster", root / "roster.csv", "--pseudonymise")
+    r = mha("report", root / "grades.json", "--out", tmp_path, "--roster", root / "roster.csv", "--pseudonymise",
+            "--site-url", SITE)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / classreport.HTML_NAME).read_text() == page
     with open(tmp_path / classreport.KEY_NAME, newline="") as f:
