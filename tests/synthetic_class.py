@@ -40,6 +40,9 @@ class Student:
     name: str
     answers: dict[str, str] = field(default_factory=dict)  # exercise id -> what the answer is ("correct", ...)
     source: str = ""
+    section: str = ""
+    id: str = ""
+    path: Path | None = None
 
 
 def answer_pool(exercise_id: str) -> list[tuple[str, object]]:
@@ -52,9 +55,13 @@ def answer_pool(exercise_id: str) -> list[tuple[str, object]]:
     return pool
 
 
-def make_class(folder: Path, n: int = 40, seed: int = 0, *, crashes: int = 2, timeouts: int = 1) -> list[Student]:
-    """Write ``n`` submissions (``<name>.py``) into ``folder``; return who answered what.
-    ``crashes`` students' answers to one exercise kill the worker, and ``timeouts`` run for ever."""
+def make_class(folder: Path, n: int = 40, seed: int = 0, *, crashes: int = 2, timeouts: int = 1,
+               sections: tuple[str, ...] = (), twins: int = 0) -> list[Student]:
+    """Write ``n`` submissions (``<name>.py``) into ``folder``, or into ``folder/<section>``
+    in turn when ``sections`` are given; return who answered what. ``crashes`` students'
+    answers to one exercise kill the worker, and ``timeouts`` run for ever. The last
+    ``twins`` students take the names of the first ones (in another section): two
+    students of one name."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     pools = {i: answer_pool(i) for i in EXERCISE_IDS}
@@ -65,7 +72,12 @@ def make_class(folder: Path, n: int = 40, seed: int = 0, *, crashes: int = 2, ti
     odd = rng.sample(range(n), crashes + timeouts)
     students = []
     for s in range(n):
-        student = Student(f"{NAMES[s % len(NAMES)]}_{s + 1:02d}")
+        twin = s - (n - twins)
+        name = f"{NAMES[s % len(NAMES)]}_{s + 1:02d}" if twin < 0 else students[twin].name
+        section = sections[s % len(sections)] if sections else ""
+        if twin >= 0 and sections:
+            section = next(x for x in sections if x != students[twin].section)
+        student = Student(name, section=section, id=f"2023{s + 1:04d}")
         chunks: dict[str, str] = {}
         for exercise_id in EXERCISE_IDS:
             ex = get(exercise_id)
@@ -100,9 +112,20 @@ def make_class(folder: Path, n: int = 40, seed: int = 0, *, crashes: int = 2, ti
                 if chunks.setdefault(key, text) != text:
                     raise ValueError(f"two answers of {student.name} define {name!r} differently")
         student.source = "\n\n".join(dict.fromkeys(chunks.values())) + "\n"
-        (folder / f"{student.name}.py").write_text(student.source)
+        student.path = folder / section / f"{student.name}.py"
+        student.path.parent.mkdir(parents=True, exist_ok=True)
+        student.path.write_text(student.source)
         students.append(student)
     return students
+
+
+def write_roster(path: Path, students: list[Student], absent: int = 0) -> list[tuple[str, str, str]]:
+    """A roster of ``students`` (id, name as "Ada 01", section), plus ``absent`` students who
+    submitted nothing; returns the absent ones' rows."""
+    rows = [(s.id, s.name.replace("_", " ").title(), s.section) for s in students]
+    missing = [(f"2099{k:04d}", f"Absent Student{k}", students[k % len(students)].section) for k in range(absent)]
+    path.write_text("id,name,section\n" + "".join(f"{i},{n},{sec}\n" for i, n, sec in rows + missing))
+    return missing
 
 
 def _draw(rng: random.Random, pool, planted_exercise: bool, *, correct: bool) -> tuple[str, object]:

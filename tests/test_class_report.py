@@ -1,12 +1,15 @@
-"""The class report (``mha grade ... --report DIR``) on a synthetic class (tests/synthetic_class.py):
-the page and its CSV show the counts of the grader's JSON report, a planted mistake comes out
-on top, crashes, time-outs and forbidden calls are counted, and the page passes the browser
-and accessibility checks. One grading run (the command line, as an instructor runs it)
-serves every test here.
+"""The class report (``mha grade ... --report DIR``, ``mha report GRADES.json --out DIR``) on a
+synthetic class of 36 in two sections with a roster (tests/synthetic_class.py): the page and
+its CSV show the counts of the grader's JSON report, for the class and for each section; a
+planted mistake comes out on top and its answers form one answer group; crashes, time-outs
+and forbidden calls are counted; the roster's absentees are named; ``mha report`` makes the
+same report from the JSON alone, merges runs, and pseudonymises with a key; the page passes
+the browser and accessibility checks at 1280 and 390 px, light and dark. One grading run (the
+command line, as an instructor runs it) serves every test here.
 
-The screenshot of the page shown on the instructors' page (book/images/class-report.png)
-is the one this file's browser test takes: MHA_UPDATE_FIGURES=1 writes it there, otherwise
-it goes to _build/artifacts.
+The screenshots of the page shown on the instructors' page (book/images/class-report.png
+and class-report-top.png) are the ones this file's browser test takes: MHA_UPDATE_FIGURES=1
+writes them there, otherwise they go to _build/artifacts.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import csv
 import html.parser
 import json
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -29,18 +31,22 @@ import pytest
 from mha.exercises import get
 from mha.exercises._core import FORBIDDEN_CALL
 from mha.exercises.feedback import call_outcome, traps_of
-from mha.grading import classreport
-from mha.grading.grader import CheckReport, ExerciseReport, SubmissionReport
-from synthetic_class import EXERCISE_IDS, PLANTED, answer_pool, make_class
+from mha.grading import classreport, classstats
+from synthetic_class import EXERCISE_IDS, PLANTED, answer_pool, make_class, write_roster
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDENTS = 40
+STUDENTS = 36
+SECTIONS = ("section-a", "section-b")
+TWINS = 1       # the last student has the name of the first, in the other section
+ABSENT = 2      # on the roster, nothing submitted
 SEED = 5
+SITE = (ROOT / "_build" / "html").as_uri()  # given to every run: by default, links depend on a build being there
 
 
 @dataclass
 class Graded:
     students: list
+    absent: list        # roster rows of those who submitted nothing
     data: dict          # the grader's JSON report
     page: str           # the report's HTML
     keyed: dict         # data-key -> text, from the page
@@ -71,28 +77,38 @@ class Keys(html.parser.HTMLParser):
             self.open[-1][1] += data
 
 
+def mha(*args, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mha.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def read_report(folder: Path) -> tuple[str, dict, list[dict]]:
+    page = (folder / classreport.HTML_NAME).read_text()
+    parser = Keys()
+    parser.feed(page)
+    with open(folder / classreport.CSV_NAME, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return page, parser.found, rows
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> Graded:
     folder = tmp_path_factory.mktemp("class-report")
-    students = make_class(folder / "submissions", STUDENTS, SEED)
+    students = make_class(folder / "submissions", STUDENTS, SEED, sections=SECTIONS, twins=TWINS)
+    absent = write_roster(folder / "roster.csv", students, ABSENT)
     only = [a for i in EXERCISE_IDS for a in ("--only", i)]
-    cmd = [sys.executable, "-m", "mha.cli", "grade", str(folder / "submissions"), *only, "--jobs", "2",
-           "--exercise-timeout", "3", "--json", str(folder / "grades.json"), "--report", str(folder / "report"),
-           "--quiet"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = mha("grade", *(folder / "submissions" / s for s in SECTIONS), *only, "--jobs", "2", "--exercise-timeout", "3",
+            "--json", folder / "grades.json", "--report", folder / "report", "--roster", folder / "roster.csv",
+            "--site-url", SITE, "--quiet")
     assert r.returncode == 0, r.stderr
-    page = (folder / "report" / classreport.HTML_NAME).read_text()
-    parser = Keys()
-    parser.feed(page)
-    with open(folder / "report" / classreport.CSV_NAME, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return Graded(students, json.loads((folder / "grades.json").read_text()), page, parser.found, rows, folder)
+    page, keyed, rows = read_report(folder / "report")
+    return Graded(students, absent, json.loads((folder / "grades.json").read_text()), page, keyed, rows, folder)
 
 
-def by_exercise(data: dict) -> dict[str, list[dict]]:
+def by_exercise(submissions: list[dict]) -> dict[str, list[dict]]:
     """exercise id -> every submission's report of it, from the JSON."""
     out: dict[str, list[dict]] = {}
-    for sub in data["submissions"]:
+    for sub in submissions:
         for e in sub["exercises"]:
             out.setdefault(e["id"], []).append(e)
     return out
@@ -103,67 +119,96 @@ def fmt(x) -> str:
     return str(int(x)) if x == int(x) else str(x)
 
 
+def shown_name(student, students) -> str:
+    """The name the page gives a student: the roster's, with the id where two share it."""
+    name = student.name.replace("_", " ").title()
+    return f"{name} ({student.id})" if sum(s.name == student.name for s in students) > 1 else name
+
+
 # ----------------------------------------------------------------------------- the page and the CSV
 
 def test_the_page_is_one_offline_file_with_every_figure_inline(graded):
     page = graded.page
-    assert "<script" not in page and "<link" not in page and "@import" not in page
-    sources = re.findall(r'\bsrc="([^"]*)"', page)
-    assert sources and all(s.startswith("data:image/svg+xml;base64,") for s in sources)
-    alts = re.findall(r'<img [^>]*alt="([^"]*)"', page)
-    assert len(alts) == len(sources) and all(len(a) > 40 for a in alts)
+    assert "<script" not in page and "<link" not in page and "@import" not in page and "<img" not in page
+    figures = re.findall(r'<svg class="figure"[^>]*>', page)
+    assert len(figures) == 1 + 1 + 2 + len(EXERCISE_IDS), "the class, the scatter, two lessons, each exercise"
+    labels = [re.search(r'aria-label="([^"]*)"', f) for f in figures]
+    assert all(' role="img"' in f for f in figures) and all(m and len(m.group(1)) > 40 for m in labels)
     assert not re.search(r'(src|href)="https?://', page), "the page fetches nothing"
 
 
 def test_the_csv_holds_every_number_of_the_page_under_the_same_key(graded):
     csv_keyed = {f"{r['scope']}|{r['id']}|{r['measure']}": r["value"] for r in graded.rows}
+    assert len(csv_keyed) == len(graded.rows), "every key once"
     page = {k: v.rstrip("%") for k, v in graded.keyed.items()}
     assert page.keys() == csv_keyed.keys()
+    shown = {"discrimination %": "undefined"}
     different = {k: (page[k], csv_keyed[k]) for k in page if page[k] != csv_keyed[k] and not
-                 (k.endswith("|discrimination %") and csv_keyed[k] == "" and page[k] == "undefined")}
+                 (csv_keyed[k] == "" and page[k] in (shown.get(k.rsplit("|", 1)[1]), "–"))}
     assert not different, different
 
 
 def test_the_counts_on_the_page_equal_the_counts_in_the_json_report(graded):
-    """Worked out here from the JSON report alone, independently of mha.grading.classreport."""
+    """Worked out here from the JSON report and the roster alone, independently of mha.grading."""
     page = graded.keyed
     data = graded.data
     assert page["class||submissions"] == str(len(data["submissions"])) == str(STUDENTS)
+    section_of = {str(s.path.resolve()): s.section for s in graded.students}
     points = {e["id"]: e["points"] for e in data["exercises"]}
     wrong_in_all = unexplained_in_all = 0
-    for exercise_id, answers in by_exercise(data).items():
-        key = f"exercise|{exercise_id}|"
-        statuses = Counter(a["status"] for a in answers)
-        wrong = [a for a in answers if a["status"] == "graded" and a["score"] < a["max_score"]]
-        made = Counter(m for a in wrong for m in {c["mistake"] for c in a["checks"] if not c["passed"] and c["mistake"]})
-        unexplained = [a for a in wrong if not any(not c["passed"] and (c["mistake"] or c["explained"])
-                                                   for c in a["checks"])]
-        calls = sum(any(c["message"].startswith(FORBIDDEN_CALL) for c in a["checks"]) for a in answers)
-        expected = {"students": len(answers), "full marks": sum(a["score"] == points[exercise_id] for a in answers),
-                    "graded": statuses["graded"], "wrong": len(wrong), "unexplained": len(unexplained),
-                    "forbidden calls": calls, **{s: statuses[s] for s in classreport.STATUSES},
-                    "mean score": fmt(sum(a["score"] for a in answers) / len(answers))}
-        for measure, value in expected.items():
-            assert page[key + measure] == str(value), (exercise_id, measure, page[key + measure], value)
-        wrong_in_all += len(wrong)
-        unexplained_in_all += len(unexplained)
-        assert {m: int(page[f"mistake|{exercise_id}|{m}"]) for m in made} == dict(made)
-        shown = {k.split("|", 2)[2] for k in page if k.startswith(f"mistake|{exercise_id}|")}
-        assert shown == set(made), "the page lists exactly the mistakes made"
-        examples = [int(v) for k, v in page.items() if k.startswith(f"unexplained example|{exercise_id}|")]
-        assert sum(examples) <= len(unexplained) and (examples or not unexplained)
+    for scope, subs in [("exercise", data["submissions"])] + [
+            (f"exercise ({sec})", [s for s in data["submissions"] if section_of[s["source"]] == sec])
+            for sec in SECTIONS]:
+        for exercise_id, answers in by_exercise(subs).items():
+            key = f"{scope}|{exercise_id}|"
+            statuses = Counter(a["status"] for a in answers)
+            wrong = [a for a in answers if a["status"] == "graded" and a["score"] < a["max_score"]]
+            unexplained = [a for a in wrong if not any(not c["passed"] and (c["mistake"] or c["explained"])
+                                                       for c in a["checks"])]
+            calls = sum(any(c["message"].startswith(FORBIDDEN_CALL) for c in a["checks"]) for a in answers)
+            expected = {"students": len(answers), "full marks": sum(a["score"] == points[exercise_id] for a in answers),
+                        "graded": statuses["graded"], "wrong": len(wrong), "unexplained": len(unexplained),
+                        "forbidden calls": calls, **{s: statuses[s] for s in classstats.STATUSES},
+                        "mean score": fmt(sum(a["score"] for a in answers) / len(answers))}
+            for measure, value in expected.items():
+                assert page[key + measure] == str(value), (scope, exercise_id, measure, page[key + measure], value)
+            made = Counter(m for a in wrong for m in {c["mistake"] for c in a["checks"]
+                                                      if not c["passed"] and c["mistake"]})
+            mistake_scope = scope.replace("exercise", "mistake")
+            assert {m: int(page[f"{mistake_scope}|{exercise_id}|{m}"]) for m in made} == dict(made)
+            if scope == "exercise":
+                wrong_in_all += len(wrong)
+                unexplained_in_all += len(unexplained)
+                shown = {k.split("|", 2)[2] for k in page if k.startswith(f"mistake|{exercise_id}|")}
+                assert shown == set(made), "the page lists exactly the mistakes made"
     assert (page["class||wrong"], page["class||unexplained"]) == (str(wrong_in_all), str(unexplained_in_all))
-    for sub in data["submissions"]:
-        assert page[f"student|{sub['student']}|total"] == fmt(sub["score"])
+    score = {s["source"]: s["score"] for s in data["submissions"]}
+    for s in graded.students:
+        assert page[f"student|{shown_name(s, graded.students)}|total"] == fmt(score[str(s.path.resolve())])
     totals = [s["score"] for s in data["submissions"]]
     assert page["class||full marks"] == str(sum(t == sum(points.values()) for t in totals))
     assert page["class||mean total"] == fmt(sum(totals) / len(totals))
+    for sec in SECTIONS:
+        mine = [score[str(s.path.resolve())] for s in graded.students if s.section == sec]
+        assert page[f"class ({sec})||students"] == str(len(mine))
+        assert page[f"class ({sec})||mean total"] == fmt(sum(mine) / len(mine))
+
+
+def test_two_students_of_one_name_keep_a_row_and_a_grade_each(graded):
+    twin, first = graded.students[-1], graded.students[0]
+    assert twin.name == first.name and twin.section != first.section
+    names = [s["student"] for s in graded.data["submissions"]]
+    assert len(set(names)) == STUDENTS
+    assert {n for n in names if n.startswith(first.name)} == {f"{first.name} ({first.section})",
+                                                              f"{first.name} ({twin.section})"}
+    for s in (first, twin):
+        assert f"student|{shown_name(s, graded.students)}|total" in graded.keyed
 
 
 # ----------------------------------------------------------------------------- what the class did
 
 def mistake_made_by(exercise_id: str, fn) -> str:
-    """The name of the listed mistake ``fn`` makes on the public checks, found in this process."""
+    """The key of the listed mistake ``fn`` makes on the public checks, found in this process."""
     ex = get(exercise_id)
     names = {ex.mistake_name(v.mistake) for c in ex.public_cases()
              for v in [ex.judge(c, call_outcome(fn, c, traps=tuple(traps_of(ex))))] if v.mistake is not None}
@@ -171,22 +216,46 @@ def mistake_made_by(exercise_id: str, fn) -> str:
     return names.pop()
 
 
-def test_the_planted_mistake_comes_out_on_top(graded):
+def planted(graded) -> tuple[str, str, int]:
     exercise_id, name = PLANTED
     fn = next(f for _, f in answer_pool(exercise_id) if f.__name__ == name)
-    mistake = mistake_made_by(exercise_id, fn)
-    planted = sum(s.answers[exercise_id] == "planted" for s in graded.students)
+    n = sum(s.answers[exercise_id] == "planted" for s in graded.students)
+    return exercise_id, mistake_made_by(exercise_id, fn), n
+
+
+def test_the_planted_mistake_comes_out_on_top(graded):
+    exercise_id, mistake, n = planted(graded)
     counts = {k.split("|", 2)[2]: int(v) for k, v in graded.keyed.items() if k.startswith(f"mistake|{exercise_id}|")}
-    assert counts[mistake] >= planted >= 0.3 * STUDENTS
+    assert counts[mistake] >= n >= 0.3 * STUDENTS
     assert max(counts, key=counts.get) == mistake
     # first in the exercise's table, and first in the class's "what to teach again"
-    section = graded.page.split(f'id="ex-{classreport._anchor(exercise_id)}"', 1)[1]
+    section = graded.page.split(f'id="ex-{classreport.anchor(exercise_id)}"', 1)[1]
     table = section.split("<caption>Named mistakes", 1)[1].split("</table>", 1)[0]
-    assert f'<td class="name">{mistake}</td>' in table.split("<tbody>", 1)[1].split("</tr>", 1)[0]
+    assert f'data-key="mistake|{exercise_id}|{mistake}"' in table.split("<tbody>", 1)[1].split("</tr>", 1)[0]
     monday = graded.page.split('id="monday"', 1)[1].split("</table>", 1)[0]
     first_row = monday.split("<tbody>", 1)[1].split("</tr>", 1)[0]
-    assert exercise_id in first_row and get(exercise_id).mistakes[int(mistake.split()[-1]) - 1].hint[:40] in \
-        first_row.replace("&#x27;", "'")
+    assert f'data-key="mistake|{exercise_id}|{mistake}"' in first_row
+    hint = next(m["hint"] for e in graded.data["exercises"] if e["id"] == exercise_id
+                for m in e["mistakes"] if m["key"] == mistake)
+    assert hint[:40] in first_row.replace("&#39;", "'")
+
+
+def test_the_planted_answers_form_one_answer_group(graded):
+    """They are one function, written into each student's file: one group, at least as large as
+    the planted share, labelled with the mistake it makes, its code shown without a name."""
+    exercise_id, mistake, n = planted(graded)
+    groups = {int(k.rsplit("|", 1)[1]): int(v) for k, v in graded.keyed.items()
+              if k.startswith(f"answer group|{exercise_id}|")}
+    assert groups[1] >= n and groups[1] == max(groups.values())
+    block = graded.page.split(f'data-key="answer group|{exercise_id}|1"', 1)[1].split("</details>", 1)[0]
+    label = next(m["name"] or m["key"] for e in graded.data["exercises"] if e["id"] == exercise_id
+                 for m in e["mistakes"] if m["key"] == mistake)
+    assert f"hint: {label}" in block.split("</summary>", 1)[0]
+    assert "stable_softmax" in block.split("<pre", 1)[1] and "torch.exp" in block
+    wrong = int(graded.keyed[f"exercise|{exercise_id}|wrong"])
+    in_groups = sum(groups.values())
+    assert in_groups <= wrong and (in_groups == wrong or "more group" in graded.page.split(
+        f'id="ex-{classreport.anchor(exercise_id)}"', 1)[1].split("<h3", 1)[0])
 
 
 def test_crashes_time_outs_forbidden_calls_and_missing_answers_are_counted(graded):
@@ -203,128 +272,198 @@ def test_crashes_time_outs_forbidden_calls_and_missing_answers_are_counted(grade
     assert sum(int(page[f"exercise|{i}|timeout"]) for i in EXERCISE_IDS) == 1
 
 
+def test_the_roster_names_who_submitted_nothing_and_who_used_a_forbidden_function(graded):
+    page = graded.keyed
+    who = graded.page.split('id="who"', 1)[1].split("<h2", 1)[0]
+    assert page["class||submitted nothing"] == str(ABSENT)
+    for _, name, section in graded.absent:
+        assert f"{name} ({section})" in who
+    cheats = [s for s in graded.students if "forbidden" in s.answers.values()]
+    assert page["class||used a forbidden function"] == str(len(cheats)) and cheats
+    forbidden = who.split("used a forbidden function", 1)[1].split("</p>", 1)[0]
+    assert sorted(re.findall(r"[A-Z]\w+ \d\d", forbidden)) == sorted(shown_name(s, graded.students)[:len(s.name)]
+                                                                    for s in cheats)
+    assert page["class||not on the roster"] == "0"
+
+
+def test_every_table_of_counts_is_broken_down_by_section_and_the_sections_add_up(graded):
+    page = graded.keyed
+    for key, value in page.items():
+        scope, id_, measure = key.split("|")
+        if scope in ("exercise", "mistake", "diagnosis", "answer group") and measure not in (
+                "mean score", "difficulty %", "number", "points", "checks", "discrimination %", "flags",
+                "median seconds", "max seconds", "answer groups") and not measure.startswith("quintile"):
+            parts = [page[f"{scope} ({s})|{id_}|{measure}"] for s in SECTIONS]
+            assert sum(map(int, parts)) == int(value), (key, parts)
+
+
 def test_every_named_mistake_links_to_where_its_lesson_teaches_it(graded):
-    rows = re.findall(r'<tr><td class="n"><span data-key="mistake\|[^"]+">\d+</span></td>.*?</tr>', graded.page)
+    rows = re.findall(r'<tr><td class="n"><span data-key="mistake\|[^"]+">\d+</span></td>.*?</tr>', graded.page, re.S)
     assert rows
     for row in rows:
         cell = row.rsplit("<td>", 1)[1]
         assert re.search(r"lesson \d\d: \w", cell), row
 
 
-def from_json(data: dict) -> list[SubmissionReport]:
-    out = []
-    for s in data["submissions"]:
-        exercises = [ExerciseReport(**{**e, "checks": [CheckReport(**c) for c in e["checks"]]}) for e in s["exercises"]]
-        out.append(SubmissionReport(**{**s, "exercises": exercises}))
-    return out
+def test_item_statistics_number_every_exercise_and_give_its_quintiles(graded):
+    page = graded.keyed
+    assert [int(page[f"exercise|{i}|number"]) for i in EXERCISE_IDS] == list(range(1, len(EXERCISE_IDS) + 1))
+    for i in EXERCISE_IDS:
+        quintiles = [page[f"exercise|{i}|quintile {q} %"].rstrip("%") for q in range(1, 6)]
+        assert all(q.isdigit() for q in quintiles)
+        assert int(quintiles[0]) <= int(quintiles[-1]), "the strongest fifth does at least as well as the weakest"
+    scatter = re.search(r'<svg class="figure"[^>]*aria-label="Scatter plot[^"]*"', graded.page).group(0)
+    for k, i in enumerate(EXERCISE_IDS, 1):
+        assert f"{k} {i}: mean" in scatter
 
 
-def test_pseudonyms_hide_the_names_and_keep_the_numbers(graded):
-    reports = from_json(graded.data)
-    exercises = [get(i) for i in EXERCISE_IDS]
-    report = classreport.build(reports, exercises, pseudonymise=True, rng=random.Random(1))
-    page = classreport.render(report)
+# ----------------------------------------------------------------------------- mha report
+
+def test_the_report_from_the_grades_equals_the_one_made_while_grading(graded):
+    out = graded.folder / "again"
+    r = mha("report", graded.folder / "grades.json", "--out", out, "--roster", graded.folder / "roster.csv",
+            "--site-url", SITE)
+    assert r.returncode == 0, r.stderr
+    page, keyed, rows = read_report(out)
+    assert rows == graded.rows and len(rows) > 400
+    assert keyed == graded.keyed
+    assert page == graded.page
+
+
+def test_a_pseudonymised_report_names_no_one_and_its_key_finds_everyone(graded):
+    runs = []
+    for k in range(2):
+        out = graded.folder / f"pseudonymised-{k}"
+        r = mha("report", graded.folder / "grades.json", "--out", out, "--roster", graded.folder / "roster.csv",
+                "--pseudonymise", "--site-url", SITE)
+        assert r.returncode == 0, r.stderr
+        assert str(out / classreport.KEY_NAME) in r.stderr
+        runs.append((read_report(out), list(csv.DictReader(open(out / classreport.KEY_NAME)))))
+    (page, keyed, rows), key = runs[0]
+    assert runs[1][0][1] == keyed and runs[1][1] == key, "the same pseudonyms from the same grades"
     for s in graded.students:
-        assert s.name not in page
-    names = [s[0] for s in report.students]
-    assert names == [f"student {k:02d}" for k in range(1, STUDENTS + 1)]
-    assert sorted(s[1] for s in report.students) == sorted(r.score for r in reports)
-    plain = classreport.build(reports, exercises)
-    assert [e.mistakes for e in report.exercises] == [e.mistakes for e in plain.exercises]
-    assert plain.students != report.students
+        assert s.name not in page and s.name.replace("_", " ").title() not in page and s.id not in page
+    for _, name, _ in graded.absent:
+        assert name not in page
+    n = STUDENTS + ABSENT
+    assert sorted(row["pseudonym"] for row in key) == [f"student {k:02d}" for k in range(1, n + 1)]
+    total = {row["pseudonym"]: keyed.get(f"student|{row['pseudonym']}|total") for row in key}
+    for s in graded.students:
+        [row] = [row for row in key if row["id"] == s.id]
+        assert total[row["pseudonym"]] == graded.keyed[f"student|{shown_name(s, graded.students)}|total"]
+        assert Path(row["path"]).name == s.path.name
+    plain = {k: v for k, v in graded.keyed.items() if not k.startswith("student|")}
+    assert {k: v for k, v in keyed.items() if not k.startswith("student|")} == plain
 
 
-# ----------------------------------------------------------------------------- the statistics
-
-def report_of(scores: dict[str, list[float]]) -> classreport.ClassReport:
-    """A class report from made-up scores: exercise id -> one score per student (3 points each)."""
-    ids = list(scores)
-    n = len(scores[ids[0]])
-    reports = []
-    for k in range(n):
-        exercises = [ExerciseReport(i, i, "f", scores[i][k], 3.0, "graded") for i in ids]
-        reports.append(SubmissionReport(f"s{k}", "", sum(e.score for e in exercises), 3.0 * len(ids), exercises))
-    from mha.exercises import Exercise
-
-    exercises = [Exercise(i, i, "lesson", "f", (), 3, reference=None, public=lambda g: [], hidden=lambda g: [])
-                 for i in ids]
-    return classreport.build(reports, exercises)
+def split(graded, tmp: Path) -> tuple[Path, Path]:
+    """The grades file cut in two, by section: as if each section had been graded on its own."""
+    files = []
+    for sec in SECTIONS:
+        doc = dict(graded.data, submissions=[s for s in graded.data["submissions"]
+                                             if Path(s["path"]).parent.name == sec])
+        files.append(tmp / f"{sec}.json")
+        files[-1].write_text(json.dumps(doc))
+    return files[0], files[1]
 
 
-def test_item_statistics_flag_what_everyone_gets_and_what_does_not_discriminate():
-    ability = [0, 0, 1, 1, 2, 2, 3, 3, 3, 3]
-    follows, also = [min(3, a) for a in ability], [3 * (a >= 2) for a in ability]  # the better students score higher
-    stats = {e.id: e for e in report_of({"follows": follows, "also": also, "everyone": [3] * 9 + [0]}).exercises}
-    assert stats["follows"].discrimination > 0.6 and stats["follows"].flags == []
-    assert stats["everyone"].flags == ["nearly everyone gets it", "does not discriminate"]
-    assert stats["everyone"].difficulty == pytest.approx(0.9)
-    against = report_of({"follows": follows, "also": also, "against": [3 - a for a in ability]}).exercises[2]
-    assert against.discrimination < -0.8 and against.flags == ["does not discriminate"]
+def test_two_runs_merge_into_the_report_of_one(graded, tmp_path):
+    a, b = split(graded, tmp_path)
+    r = mha("report", a, b, "--out", tmp_path / "merged", "--roster", graded.folder / "roster.csv", "--site-url", SITE)
+    assert r.returncode == 0, r.stderr
+    _, keyed, rows = read_report(tmp_path / "merged")
+    assert keyed == graded.keyed and rows == graded.rows
 
 
-def test_correlation():
-    assert classreport.correlation([1, 2, 3], [2, 4, 7]) == pytest.approx(0.9933, abs=1e-4)
-    assert classreport.correlation([1, 2, 3], [3, 2, 1]) == pytest.approx(-1)
-    assert classreport.correlation([1, 1, 1], [1, 2, 3]) is None
-    assert classreport.correlation([1, 2], [1, 2]) is None
+def test_a_submission_in_two_runs_is_an_error_naming_both_files_unless_replace(graded, tmp_path):
+    a, b = split(graded, tmp_path)
+    doc = json.loads(b.read_text())
+    victim = doc["submissions"][0]
+    victim["score"] = 0.0
+    victim["exercises"] = [dict(e, score=0.0, status="missing", checks=[], code="") for e in victim["exercises"]]
+    regraded = tmp_path / "regraded.json"
+    regraded.write_text(json.dumps(dict(doc, submissions=[victim])))
+    r = mha("report", a, b, regraded, "--out", tmp_path / "no")
+    assert r.returncode == 2 and str(b) in r.stderr and str(regraded) in r.stderr and "--replace" in r.stderr
+    assert not (tmp_path / "no").exists()
+    r = mha("report", a, b, regraded, "--out", tmp_path / "yes", "--replace")
+    assert r.returncode == 0, r.stderr
+    assert f"the grades of {b} are replaced by those of {regraded}" in r.stderr
+    _, keyed, _ = read_report(tmp_path / "yes")
+    assert keyed[f"student|{victim['student']}|total"] == "0"
+    assert keyed["class||submissions"] == str(STUDENTS)
 
 
-def test_histograms_count_every_value_and_say_so_in_their_alt_text():
-    svg, alt = classreport.histogram([0, 0, 1.5, 3, 3, 3], 3, label="scores", divisions=6)
-    assert "0 points: 2; 0.5 points: 0; 1 points: 0; 1.5 points: 1; 2 points: 0; 2.5 points: 0; 3 points: 3" in alt
-    assert svg.count('fill="#1f5f99"') == 7
-    assert "0 points: 2; 1.5 points: 1; 3 points: 3." in classreport.histogram([0, 0, 1.5, 3, 3, 3], 3, label="s")[1]
-    _, alt = classreport.histogram([0.5, 7.25, 11.5, 12], 12, label="totals")
-    assert "0-1 points: 1" in alt and "11-12 points: 2" in alt
+@pytest.mark.parametrize("content,message", [
+    ("not json", "is not a grades file of mha grade --json (not JSON"),
+    (json.dumps({"exercises": [], "submissions": []}), "was written by an older version of mha grade"),
+    (json.dumps({"format": "mha-grades", "version": 99, "exercises": [], "submissions": []}),
+     "was written by another version of mha grade (format version 99; this one reads 2)"),
+    (json.dumps({"format": "mha-grades", "version": 2, "exercises": [], "submissions": [{"student": "x"}]}),
+     "is damaged"),
+])
+def test_mha_report_refuses_a_file_it_cannot_use_and_says_why(tmp_path, content, message):
+    bad = tmp_path / "grades.json"
+    bad.write_text(content)
+    r = mha("report", bad, "--out", tmp_path / "out")
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+    assert str(bad) in r.stderr
 
 
-# ----------------------------------------------------------------------------- sections
-
-def test_every_mistake_of_the_course_has_a_section_that_its_lesson_has():
-    from mha.exercises import EXERCISES
-    from mha.exercises._load import LOADED
-    from mha.exercises._sections import SECTIONS, TAUGHT, anchor
-
-    course = {i: e for i, e in EXERCISES.items() if i not in LOADED}
-    assert set(TAUGHT) == set(course), "every exercise of the course says where its mistakes are taught"
-    for exercise_id, (_, exceptions) in TAUGHT.items():
-        assert all(0 <= k < len(course[exercise_id].mistakes) for k in exceptions), exercise_id
-    headings: dict[str, set[str]] = {}
-    for path in (ROOT / "lessons").glob("*.md"):
-        headings[path.stem] = {anchor(m) for m in re.findall(r"^#{2,3} (.+)$", path.read_text(), re.M)}
-    for (exercise_id, k), section in SECTIONS.items():
-        lesson, _, slug = section.partition("#")
-        assert slug in headings[lesson], f"{exercise_id} mistake {k + 1}: lesson {lesson} has no section {slug}"
+@pytest.mark.parametrize("roster,message", [
+    ("name,section\nAda,a\n", "the first line must name the columns id and name"),
+    ("id,name\n1,Ada\n1,Ben\n", "line 3: the id 1 is on line 2 too"),
+    ("id,name\n,Ada\n", "line 2: no id"),
+    ("", "is empty"),
+])
+def test_a_malformed_roster_is_refused_with_its_line(graded, tmp_path, roster, message):
+    path = tmp_path / "roster.csv"
+    path.write_text(roster)
+    r = mha("report", graded.folder / "grades.json", "--out", tmp_path / "out", "--roster", path)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
 
 
 # ----------------------------------------------------------------------------- in a browser
 
-def test_the_page_passes_the_browser_and_accessibility_checks(graded, browser, axe_source):
-    from browsing import Tab, axe_problems
+SHOWN = "masking.causal_mask"  # the exercise the instructors' page shows, its answer groups open
+
+
+def shoot(tab, start: str, end: str, name: str) -> None:
+    """A screenshot of the page from ``start``'s heading to ``end``'s (at most 1800 px), into
+    _build/artifacts, and into book/images with MHA_UPDATE_FIGURES=1."""
     from conftest import ARTIFACTS
 
-    tab = Tab(browser, "file:///", width=1280)
+    top, bottom = (tab.page.locator(sel).evaluate("h => h.getBoundingClientRect().top + window.scrollY")
+                   for sel in (start, end))
+    left, width = tab.page.locator("main").evaluate("m => [m.getBoundingClientRect().left, m.clientWidth]")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / name
+    tab.page.screenshot(path=str(shot), full_page=True,
+                        clip={"x": left, "y": top - 16, "width": width, "height": min(1800, bottom - top - 8)})
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("MHA_UPDATE_FIGURES"):
+        shutil.copyfile(shot, ROOT / "book" / "images" / name)
+
+@pytest.mark.parametrize("width,dark", [(1280, False), (1280, True), (390, False), (390, True)],
+                         ids=["1280-light", "1280-dark", "390-light", "390-dark"])
+def test_the_page_passes_the_browser_and_accessibility_checks(graded, browser, axe_source, width, dark):
+    from browsing import Tab, axe_problems
+
+    tab = Tab(browser, "file:///", width=width, dark=dark)
     try:
         tab.open((graded.folder / "report" / classreport.HTML_NAME).as_uri())
-        images = tab.page.locator("img").evaluate_all(
-            "imgs => imgs.map(i => [i.complete && i.naturalWidth > 0, i.alt.length])")
-        assert images and all(ok and n > 40 for ok, n in images), images
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shot = ARTIFACTS / "class-report.png"  # the planted mistake's exercise, as the instructors' page shows it
-        top = tab.page.locator(f"#ex-{classreport._anchor(PLANTED[0])}").evaluate(
-            "h => h.getBoundingClientRect().top + window.scrollY")
-        tab.page.screenshot(path=str(shot), full_page=True, clip={"x": 60, "y": top - 16, "width": 1160, "height": 860})
-        assert shot.stat().st_size > 20_000
-        if os.environ.get("MHA_UPDATE_FIGURES"):
-            shutil.copyfile(shot, ROOT / "book" / "images" / "class-report.png")
+        widths = tab.page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert widths[0] == widths[1] == width, f"the page scrolls sideways: {widths}"
+        background = tab.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        assert (background == "rgb(255, 255, 255)") != dark, background
+        if width == 1280 and not dark:  # the pictures of the instructors' page
+            tab.page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+            shoot(tab, "#monday", "#class", "class-report-top.png")
+            shoot(tab, f"#ex-{classreport.anchor(SHOWN)}", "#students", "class-report.png")
         tab.page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+        widths = tab.page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        assert widths[0] == widths[1], f"with every example open, the page scrolls sideways: {widths}"
         assert axe_problems(tab.page, axe_source) == []
-        narrow = Tab(browser, "file:///", width=390)
-        try:
-            narrow.open((graded.folder / "report" / classreport.HTML_NAME).as_uri())
-            assert narrow.errors == []
-        finally:
-            narrow.close()
         assert tab.errors == [] and tab.external == []
     finally:
         tab.close()

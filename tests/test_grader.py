@@ -348,7 +348,8 @@ def test_command_line_grades_and_writes_every_report(tmp_path):
            "--json", str(tmp_path / "r.json"), "--csv", str(tmp_path / "r.csv"),
            "--gradescope", str(tmp_path / "gs"), "--jobs", "2"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, "one submission could not be read: " + r.stderr
+    assert re.search(r"bob.ipynb: not graded: bob.ipynb is not a Jupyter notebook", r.stderr)
     assert re.search(r"alice\s+3\s+3/3", r.stdout) and re.search(r"bob\s+bad\s+0/3", r.stdout)
     assert "[2/2]" in r.stderr
     assert json.loads((tmp_path / "gs/alice/results.json").read_text())["score"] == 3
@@ -363,6 +364,68 @@ def test_command_line_rejects_bad_arguments(tmp_path):
     (tmp_path / "x.py").write_text("")
     r = run("grade", str(tmp_path / "x.py"), "--only", "nothing")
     assert r.returncode == 2 and "no exercise matches" in r.stderr
+    r = run("grade", str(tmp_path / "x.py"), str(tmp_path / "x.py"), "--only", "dims")
+    assert r.returncode == 2 and "is given twice" in r.stderr
+    r = run("grade", str(tmp_path / "x.py"), "--only", "dims", "--roster", str(tmp_path / "none.csv"))
+    assert r.returncode == 2 and "--roster" in r.stderr and "cannot read it" in r.stderr
+    r = run("grade", str(tmp_path / "x.py"), "--only", "dims.split_heads", "--json", str(tmp_path / "x.py" / "g.json"))
+    assert r.returncode == 2 and "--json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_two_submissions_of_one_name_get_a_name_each_and_a_gradescope_file_each(tmp_path):
+    from mha.grading.grader import SubmissionReport, unique_names
+
+    paths = [tmp_path / "a" / "li_wei.ipynb", tmp_path / "b" / "li_wei.ipynb", tmp_path / "a" / "ana",
+             tmp_path / "x" / "c" / "bo", tmp_path / "y" / "c" / "bo", tmp_path / "Li_Wei.py"]
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.touch() if p.suffix else p.mkdir()
+    assert unique_names(paths) == ["li_wei (a)", "li_wei (b)", "ana", "bo (x, c)", "bo (y, c)",
+                                   f"Li_Wei ({tmp_path.name})"]
+    with pytest.raises(ValueError, match="is given twice"):
+        unique_names([tmp_path / "a", tmp_path / "b" / ".." / "a"])
+    assert unique_names([tmp_path / "a", tmp_path / "a", tmp_path / "ana"], repeats=True) == ["a", "a (2)", "ana"]
+    reps = [SubmissionReport(n, str(p), 1.0, 3.0) for n, p in zip(unique_names(paths), paths)]
+    written = reports.write_gradescope(reps, tmp_path / "gs")
+    assert len({p.parent.name.casefold() for p in written}) == len(paths)
+    assert json.loads((tmp_path / "gs" / "li_wei (b)" / "results.json").read_text())["score"] == 1.0
+    clash = [SubmissionReport("li_wei", "a/li_wei"), SubmissionReport("Li_Wei", "b/Li_Wei")]
+    with pytest.raises(ValueError, match="a/li_wei and b/Li_Wei would both be written to"):
+        reports.write_gradescope(clash, tmp_path / "clash")
+    assert not (tmp_path / "clash").exists(), "nothing is written"
+
+
+STUB_CELL = 'def causal_mask(q_len, k_len):\n    """doc"""\n    raise NotImplementedError("Write your solution here")\n'
+ANSWER_CELL = "import torch\ndef causal_mask(q_len, k_len):\n    return torch.ones(q_len, k_len).bool()\n"
+
+
+def test_of_several_files_defining_a_function_the_answer_is_graded_not_the_stub():
+    copy, handout = "05-causal-masking-Copy1.ipynb", "05-causal-masking.ipynb"
+    stmts, notes = extract.parse_cells([ANSWER_CELL, "x = (", STUB_CELL], [copy, handout, handout])
+    assert notes == [f"{handout}, code cell 1 has a syntax error (line 1: '(' was never closed); it was skipped"]
+    assert extract.is_stub(stmts[-1]) and not extract.is_stub(stmts[1])
+    kept, notes = extract.prefer_answers(stmts, ["causal_mask", "split_heads"])
+    assert [extract.origin(s) for s in kept if getattr(s, "name", "") == "causal_mask"] == [copy]
+    assert notes == [f"causal_mask is defined in {copy} and {handout}; graded the one in {copy} "
+                     "(the other is the unanswered stub)"]
+    both, notes = extract.prefer_answers(extract.parse_cells([ANSWER_CELL, ANSWER_CELL], ["a.ipynb", "b.ipynb"])[0],
+                                         ["causal_mask"])
+    assert [extract.origin(s) for s in both if getattr(s, "name", "") == "causal_mask"] == ["b.ipynb"]
+    assert notes == ["causal_mask is defined in a.ipynb and b.ipynb; graded the one in b.ipynb"]
+
+
+def test_an_exercise_file_among_the_submissions_is_not_graded_as_a_student(tmp_path):
+    import shutil
+
+    shutil.copy(ROOT / "book" / "examples" / "entropy_exercises.py", tmp_path / "entropy_exercises.py")
+    (tmp_path / "alice.py").write_text("def attention_entropy(weights):\n    return weights.sum(-1)\n")
+    r = subprocess.run([sys.executable, "-m", "mha.cli", "grade", str(tmp_path), "--exercises",
+                        str(tmp_path / "entropy_exercises.py"), "--exercises-draws", "2", "--json",
+                        str(tmp_path / "g.json")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "entropy_exercises.py is an exercise file given with --exercises: not graded as a submission" in r.stderr
+    assert "on 2 hidden draws" in r.stderr
+    assert [s["student"] for s in json.loads((tmp_path / "g.json").read_text())["submissions"]] == ["alice"]
 
 
 def test_autograder_zip_holds_setup_run_and_the_course(tmp_path):

@@ -116,11 +116,20 @@ BROKEN = {
                            "entropy_exercises.py, line 9: loading the file raised RuntimeError: oops"),
     "a file without exercises": (("ENTROPY = Exercise(", "NOT_AN_EXERCISE = dict("),
                                  "defines no exercise: write module-level mha.exercises.Exercise"),
+    "two exercises with one id": (
+        ('forbidden=("torch.distributions",),  # Categorical(probs=w).entropy() would do it all\n)',
+         'forbidden=("torch.distributions",),  # Categorical(probs=w).entropy() would do it all\n)\n'
+         'import dataclasses\nTWIN = dataclasses.replace(ENTROPY, function="entropy_twin")'),
+        "two exercises have the id 'entropy.attention_entropy'"),
 }
 
 
 @pytest.mark.parametrize("what", BROKEN)
 def test_a_file_that_fails_its_checks_is_refused_with_what_failed(what, tmp_path, forget):
+    """Refused by load_exercises (mha grade --exercises) and by mha assign alike: a handout
+    that the student's load_exercises would refuse is never written."""
+    from mha.exercises import write_student_version
+
     (old, new), message = BROKEN[what]
     text = EXAMPLE.read_text()
     assert text.count(old) == 1, old
@@ -130,6 +139,40 @@ def test_a_file_that_fails_its_checks_is_refused_with_what_failed(what, tmp_path
         load_exercises(path, draws=5)
     assert message in str(e.value)
     assert ID not in EXERCISES
+    with pytest.raises(ExerciseFileError) as e:
+        write_student_version(path, tmp_path / "handout", draws=5)
+    assert message in str(e.value) and not (tmp_path / "handout").exists()
+
+
+def test_wrong_argument_counts_are_found_before_any_check_runs(tmp_path, forget, monkeypatch):
+    """A field error in a file's last exercise is reported without first running the slow
+    checks of the others."""
+    import mha.exercises._load as load
+
+    text = EXAMPLE.read_text()
+    text += ('\nimport dataclasses\nSECOND = dataclasses.replace(ENTROPY, id="entropy.second", '
+             'function="second_entropy", public=lambda g: [Case((torch.ones(2, 3), 1))])\n')
+    path = tmp_path / "two.py"
+    path.write_text(text)
+    ran = []
+    monkeypatch.setattr(load, "check_exercise", lambda ex, **kw: ran.append(ex.id))
+    with pytest.raises(ExerciseFileError, match="a public Case has 2 arguments, and second_entropy takes 1"):
+        load_exercises(path)
+    assert ran == []
+
+
+def test_an_exercise_file_imports_a_helper_module_beside_it(tmp_path, forget):
+    import sys
+
+    folder = tmp_path / "course"
+    folder.mkdir()
+    (folder / "entropy_helpers.py").write_text("import torch\n\ndef weights(g, tq, tk):\n"
+                                               "    return torch.rand(tq, tk, generator=g).softmax(-1)\n")
+    text = EXAMPLE.read_text().replace("import torch\n", "import torch\nfrom entropy_helpers import weights\n", 1)
+    (folder / "entropy_exercises.py").write_text(text)
+    before = list(sys.path)
+    [ex] = load_exercises(folder / "entropy_exercises.py", draws=2)
+    assert ex.id == ID and sys.path == before, "the folder is on the path only while the file loads"
 
 
 def test_the_grader_hides_the_folder_of_the_file_that_defines_the_exercises(forget):

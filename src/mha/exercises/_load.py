@@ -61,6 +61,7 @@ def load_exercises(path, *, draws: int = DRAWS) -> list[Exercise]:
         exercises = read_student_version(path)
     elif path.suffix == ".py":
         exercises = exercises_in(path)
+        check_ids(exercises, path)
         for ex in exercises:
             check_exercise(ex, draws=draws)
     else:
@@ -78,6 +79,7 @@ def exercises_in(path) -> list[Exercise]:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling-free helpers look their module up there
+    sys.path.insert(0, str(path.parent))  # a helper module beside the file can be imported
     try:
         spec.loader.exec_module(module)
     except Exception as e:
@@ -86,6 +88,8 @@ def exercises_in(path) -> list[Exercise]:
         line = next((f.lineno for f in reversed(where) if f.filename == str(path)), None)
         at = f", line {line}" if line else ""
         raise ExerciseFileError(f"{path.name}{at}: loading the file raised {type(e).__name__}: {e}") from e
+    finally:
+        sys.path.remove(str(path.parent))
     found: list[Exercise] = []
     for value in vars(module).values():
         items = value if isinstance(value, (tuple, list)) else (value,)
@@ -98,6 +102,9 @@ def exercises_in(path) -> list[Exercise]:
                                 "'Writing your own exercises')")
     for ex in found:
         check_fields(ex, path.name)
+    for ex in found:  # quick before slow: every exercise's cases take the right arguments
+        _cases(ex, "public", ex.public_cases)
+        _cases(ex, "hidden", lambda: ex.hidden_cases(0))
     return found
 
 
@@ -255,6 +262,22 @@ def register(exercises: list[Exercise], origin) -> None:
     the same file again replaces what it registered before."""
     from . import EXERCISES
 
+    check_ids(exercises, origin)
+    origin = str(Path(origin).resolve())
+    mine = {i for i, o in LOADED.items() if o == origin}
+    for i in mine:
+        EXERCISES.pop(i, None)
+        LOADED.pop(i, None)
+    for ex in exercises:
+        EXERCISES[ex.id] = ex
+        LOADED[ex.id] = origin
+
+
+def check_ids(exercises: list[Exercise], origin) -> None:
+    """Refuse, as ``register`` would, an id or a function name that the course, another
+    file, or another exercise of this file already has; registers nothing."""
+    from . import EXERCISES
+
     origin = str(Path(origin).resolve())
     mine = {i for i, o in LOADED.items() if o == origin}
     others = {i: e for i, e in EXERCISES.items() if i not in mine}
@@ -278,12 +301,6 @@ def register(exercises: list[Exercise], origin) -> None:
                                     f"a function called {ex.function!r}")
         seen_ids[ex.id] = ex.function
         seen_functions[ex.function] = ex.id
-    for i in mine:
-        EXERCISES.pop(i, None)
-        LOADED.pop(i, None)
-    for ex in exercises:
-        EXERCISES[ex.id] = ex
-        LOADED[ex.id] = origin
 
 
 def unregister(path) -> None:
@@ -408,6 +425,7 @@ def write_student_version(path, out_dir, *, draws: int = DRAWS) -> list[Path]:
     if path.suffix != ".py":
         raise ExerciseFileError(f"{path.name}: give the instructor's .py file of exercises")
     exercises = exercises_in(path)
+    check_ids(exercises, path)  # what the student's load_exercises would refuse
     for ex in exercises:
         check_exercise(ex, draws=draws)
     out_dir = Path(out_dir)

@@ -17,7 +17,7 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
                                                           5: "From tokens to queries, keys and values"}),
     "heads.batched_head": (r"Why divide by $\sqrt{d_h}$?", {2: "A soft dictionary look-up",
                                                            3: "From tokens to queries, keys and values"}),
-    "onehead.stable_softmax": ("A soft dictionary look-up", {}),
+    "onehead.stable_softmax": ("Large scores: `exp` overflows, so shift each row by its own max", {}),
     # 02: why several heads
     "why.combine_heads": ("Why one average is not enough", {}),
     "why.ablate_head": ("The experiment", {}),

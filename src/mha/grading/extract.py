@@ -31,6 +31,8 @@ class Submission:
     path: Path
     cells: list[str] = field(default_factory=list)
     error: str | None = None
+    files: list[str] = field(default_factory=list)    # the files read, by name (a folder's, sorted)
+    origins: list[str] = field(default_factory=list)  # per cell, the file it comes from
 
 
 def student_name(path: Path) -> str:
@@ -42,16 +44,24 @@ def read_submission(path) -> Submission:
     path = Path(path)
     sub = Submission(student_name(path), path)
     try:
-        files = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES) if path.is_dir() else [path]
+        files = gradable_files(path) if path.is_dir() else [path]
         if not files:
-            raise UnreadableSubmission(f"no {', '.join(SUFFIXES)} file in the folder {path.name}")
+            raise UnreadableSubmission(f"nothing to grade: no {', '.join(SUFFIXES)} file in the folder {path.name}")
+        sub.files = [f.name for f in files]
         for f in files:
-            sub.cells += read_cells(f)
+            cells = read_cells(f)
+            sub.cells += cells
+            sub.origins += [f.name] * len(cells)
     except UnreadableSubmission as e:
         sub.error = str(e)
     except OSError as e:
         sub.error = f"cannot read {path.name}: {e.strerror or e}"
     return sub
+
+
+def gradable_files(folder: Path) -> list[Path]:
+    """The files of a student's folder that the grader reads, sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.suffix in SUFFIXES and p.is_file())
 
 
 def read_cells(path: Path) -> list[str]:
@@ -123,19 +133,73 @@ _MAGIC = re.compile(r"^\s*[%!]")
 _PARSE_LOCK = threading.Lock()
 
 
-def parse_cells(cells: list[str]) -> tuple[list[ast.stmt], list[str]]:
-    """Top-level statements of every cell that parses, and a note per cell that does not."""
+def parse(source: str) -> ast.Module:
+    """``ast.parse``, one thread at a time."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
+def parse_cells(cells: list[str], origins: list[str] | None = None) -> tuple[list[ast.stmt], list[str]]:
+    """Top-level statements of every cell that parses, and a note per cell that does not.
+    ``origins``: per cell, the name of its file; a note then names the file and counts the
+    cells within it, and each statement remembers its file (``origin``)."""
     stmts, notes = [], []
-    for n, cell in enumerate(cells, 1):
+    counted: dict[str, int] = {}
+    for n, cell in enumerate(cells):
+        origin = origins[n] if origins else ""
+        counted[origin] = counted.get(origin, 0) + 1
         src = "\n".join("pass" if _MAGIC.match(line) else line for line in cell.splitlines())
         try:
-            with _PARSE_LOCK:
-                tree = ast.parse(src)
+            tree = parse(src)
         except SyntaxError as e:
-            notes.append(f"code cell {n} has a syntax error (line {e.lineno}: {e.msg}); it was skipped")
+            where = f"{origin}, code cell {counted[origin]}" if origin else f"code cell {n + 1}"
+            notes.append(f"{where} has a syntax error (line {e.lineno}: {e.msg}); it was skipped")
             continue
+        for stmt in tree.body:
+            stmt._mha_origin = origin
         stmts += tree.body
     return stmts, notes
+
+
+def origin(stmt: ast.stmt) -> str:
+    """The file a statement comes from (see ``parse_cells``), or ""."""
+    return getattr(stmt, "_mha_origin", "")
+
+
+def is_stub(stmt: ast.stmt) -> bool:
+    """A function whose body (after its docstring) only raises NotImplementedError: the stub
+    of a handed-out notebook, not an answer."""
+    if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    body = stmt.body[1:] if (stmt.body and isinstance(stmt.body[0], ast.Expr)
+                             and isinstance(stmt.body[0].value, ast.Constant)) else stmt.body
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def prefer_answers(stmts: list[ast.stmt], functions) -> tuple[list[ast.stmt], list[str]]:
+    """Where several files of a folder define an exercise's function (a notebook and a copy
+    of it that Jupyter made, ``-Copy1.ipynb``), keep the definition of one file, and say so.
+    The last file (by name) whose definition is not the handed-out stub wins; when all are
+    stubs, the last. The other files' definitions of that function are left out."""
+    notes = []
+    drop: set[int] = set()
+    for name in functions:
+        binders = [s for s in stmts if name in _bound(s)]
+        files = list(dict.fromkeys(origin(s) for s in binders))
+        if len(files) < 2:
+            continue
+        last = {f: [s for s in binders if origin(s) == f][-1] for f in files}
+        answered = [f for f in files if not is_stub(last[f])]
+        chosen = (answered or files)[-1]
+        drop |= {id(s) for s in binders if origin(s) != chosen}
+        others = [f for f in files if f != chosen]
+        why = (" (the other is the unanswered stub)" if len(others) == 1 else " (the others are the unanswered stub)"
+               ) if answered and not any(f in answered for f in others) else ""
+        notes.append(f"{name} is defined in {' and '.join(files)}; graded the one in {chosen}{why}")
+    return [s for s in stmts if id(s) not in drop], notes
 
 
 def _binds(stmt: ast.stmt) -> set[str]:

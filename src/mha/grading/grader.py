@@ -27,6 +27,7 @@ import stat
 import tempfile
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from mha.exercises._core import forbidden_uses, read_record, settle
 from mha.exercises.feedback import traps_of
 
 from . import extract, sandbox
+from .anonymise import anonymous_code, name_tokens
 from .plain import MalformedResult, encode, pack, unpack, validate
 
 MAX_RESULT_BYTES = 32 << 20
@@ -62,17 +64,19 @@ class ExerciseReport:
     message: str = ""
     checks: list[CheckReport] = field(default_factory=list)
     seconds: float | None = None  # how long the submission's function ran on the checks (None: it did not run)
+    code: str = ""  # a wrong answer's function and what it uses, anonymised (see anonymise.anonymous_code)
 
 
 @dataclass
 class SubmissionReport:
-    student: str
+    student: str       # unique in its grading run (see unique_names): every report uses it
     path: str
     score: float = 0.0
     max_score: float = 0.0
     exercises: list[ExerciseReport] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    files: list[str] = field(default_factory=list)  # the files read (a folder's, by name); none: nothing to grade
 
     def as_dict(self):
         return asdict(self)
@@ -81,31 +85,39 @@ class SubmissionReport:
 # ----------------------------------------------------------------------------- one submission
 
 def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: sandbox.Limits | None = None,
-                     seed: int | None = None, tmp_root: str | None = None, slot: int = 0) -> SubmissionReport:
-    """Grade one submission file or folder. Never raises for anything the submission does."""
+                     seed: int | None = None, tmp_root: str | None = None, slot: int = 0,
+                     student: str | None = None) -> SubmissionReport:
+    """Grade one submission file or folder. Never raises for anything the submission does.
+    ``student``: the name the reports give it (default: derived from the path)."""
     t0 = time.monotonic()
     exercises = exercises or select()
     limits = limits or sandbox.Limits()
     seed = secrets.randbits(62) if seed is None else seed
     sub = extract.read_submission(path)
-    report = SubmissionReport(sub.student, str(path), max_score=float(sum(e.points for e in exercises)))
+    report = SubmissionReport(student or sub.student, str(path), max_score=float(sum(e.points for e in exercises)),
+                              files=list(sub.files))
     if sub.error:
         report.notes.append(sub.error)
         report.exercises = [_zero(e, "unreadable", sub.error) for e in exercises]
         report.seconds = round(time.monotonic() - t0, 2)
         return report
-    stmts, notes = extract.parse_cells(sub.cells)
+    stmts, notes = extract.parse_cells(sub.cells, sub.origins)
     report.notes += notes
     if not sub.cells:
         report.notes.append("the submission has no code cells")
+    if len(sub.files) > 1:
+        stmts, notes = extract.prefer_answers(stmts, [e.function for e in exercises])
+        report.notes += notes
 
     to_run: list[tuple[int, Exercise, list]] = []
     results: dict[int, ExerciseReport] = {}
+    found: dict[int, list[ast.stmt]] = {}
     from mha.exercises import EXERCISES
 
     taken = frozenset(e.function for e in EXERCISES.values())
     for i, ex in enumerate(exercises):
         info = extract.find_function(stmts, ex.function, ex.params, taken)
+        found[i] = info.statements
         if not info.found:
             results[i] = _zero(ex, "missing", info.problem)
             continue
@@ -148,6 +160,11 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
             if not os.environ.get("MHA_GRADER_KEEP"):
                 shutil.rmtree(jobdir, ignore_errors=True)
 
+    tokens = name_tokens(sub.student, report.student)
+    for i, ex in enumerate(exercises):  # the wrong answers' code, for the class report's answer groups
+        r = results[i]
+        if r.status == "graded" and r.score < r.max_score and found.get(i):
+            r.code = anonymous_code(found[i], tokens, keep={ex.function})
     report.exercises = [results[i] for i in range(len(exercises))]
     report.score = round(sum(e.score for e in report.exercises), 2)
     report.seconds = round(time.monotonic() - t0, 2)
@@ -286,7 +303,7 @@ def _grade_or_report(path, exercises, **kwargs) -> SubmissionReport:
             return grade_submission(path, exercises, **kwargs)
         except Exception as e:  # a bug of the grader's, not the submission's
             error = type(e).__name__
-    report = SubmissionReport(extract.student_name(Path(path)), str(path),
+    report = SubmissionReport(kwargs.get("student") or extract.student_name(Path(path)), str(path),
                               max_score=float(sum(e.points for e in exercises)))
     message = f"the grader failed on this submission ({error}); grade it again"
     report.notes.append(message)
@@ -300,18 +317,57 @@ def expand(paths) -> list[Path]:
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            files = sorted(f for f in p.iterdir() if f.suffix in extract.SUFFIXES and f.is_file())
-            out += files or [p]
+            out += extract.gradable_files(p) or [p]
         else:
             out.append(p)
+    return out
+
+
+def unique_names(paths, *, repeats: bool = False) -> list[str]:
+    """One name per submission, for every report: the name derived from its file or folder
+    (``li_wei``) where no other submission has it, else that name with as much of the
+    folders above as tells them apart (``li_wei (section-b)``, ``bo (2025, section-b)``),
+    the same on a file system that ignores case. Raises ValueError, naming it, when one
+    path is given twice, unless ``repeats`` (a benchmark grading one file many times): then
+    the second is ``name (2)``, and so on."""
+    paths = [Path(p) for p in paths]
+    seen: dict[Path, Path] = {}
+    for p in paths:
+        key = p.resolve()
+        if key in seen and not repeats:
+            raise ValueError(f"{p} is given twice (as {seen[key]} and {p}): each submission once")
+        seen.setdefault(key, p)
+    if len(seen) < len(paths):
+        firsts = unique_names(list(seen.values()))
+        named = dict(zip(seen, firsts))
+        count: Counter = Counter()
+        out = []
+        for p in paths:
+            count[p.resolve()] += 1
+            n = count[p.resolve()]
+            out.append(named[p.resolve()] + (f" ({n})" if n > 1 else ""))
+        return out
+    names = [extract.student_name(p) for p in paths]
+    out = list(names)
+    for depth in range(1, 1 + max((len(p.resolve().parts) for p in paths), default=0)):
+        counts = Counter(n.casefold() for n in out)  # Li_Wei and li_wei would share a folder on some disks
+        clash = {n for n, c in counts.items() if c > 1}
+        if not clash:
+            break
+        for k, p in enumerate(paths):
+            if out[k].casefold() in clash:
+                parents = p.resolve().parent.parts[-depth:]
+                out[k] = f"{names[k]} ({', '.join(parents)})" if parents else names[k]
     return out
 
 
 def grade_many(paths, exercises=None, *, limits=None, jobs: int = 2, seed: int | None = None,
                on_done=None) -> list[SubmissionReport]:
     """Grade several submissions ``jobs`` at a time; ``on_done(report, n_done, n_total)``
-    is called as each finishes. Reports come back in the order of ``paths``."""
+    is called as each finishes. Reports come back in the order of ``paths``, each under a
+    name of its own (``unique_names``)."""
     paths = list(paths)
+    names = unique_names(paths, repeats=True)
     exercises = exercises or select()
     tmp_root = tempfile.mkdtemp(prefix="mha-grade-")
     os.chmod(tmp_root, 0o711)  # the worker can reach its own job folder but not list the others
@@ -321,10 +377,11 @@ def grade_many(paths, exercises=None, *, limits=None, jobs: int = 2, seed: int |
     for n in range(max(1, jobs)):
         slots.put(n)
 
-    def one(path):
+    def one(path, name):
         slot = slots.get()
         try:
-            r = _grade_or_report(path, exercises, limits=limits, seed=seed, tmp_root=tmp_root, slot=slot)
+            r = _grade_or_report(path, exercises, limits=limits, seed=seed, tmp_root=tmp_root, slot=slot,
+                                 student=name)
         finally:
             slots.put(slot)
         with lock:
@@ -339,7 +396,7 @@ def grade_many(paths, exercises=None, *, limits=None, jobs: int = 2, seed: int |
     torch.set_num_threads(1)  # the references' tensors are small: more threads only contend
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            return list(pool.map(one, paths))
+            return list(pool.map(one, paths, names))
     finally:
         torch.set_num_threads(threads)
         sandbox.stop_zygotes()

@@ -52,12 +52,11 @@ def details(report: SubmissionReport) -> str:
     return "\n".join(lines)
 
 
-def write_json(reports: list[SubmissionReport], exercises: list[Exercise], path) -> None:
-    data = {"exercises": [{"id": e.id, "title": e.title, "lesson": e.lesson, "points": e.points,
-                           "mistakes": [{"name": e.mistake_name(k), "hint": m.hint} for k, m in enumerate(e.mistakes)]}
-                          for e in exercises],
-            "submissions": [r.as_dict() for r in reports]}
-    Path(path).write_text(json.dumps(data, indent=2))
+def write_json(reports: list[SubmissionReport], exercises: list[Exercise], path, doc: dict | None = None) -> None:
+    """The grades document (``grades.document``): every check, and what the class report needs."""
+    from . import grades
+
+    grades.write(doc or grades.document(reports, exercises), path)
 
 
 def write_csv(reports: list[SubmissionReport], exercises: list[Exercise], path) -> None:
@@ -89,12 +88,19 @@ def gradescope(report: SubmissionReport) -> dict:
 
 
 def write_gradescope(reports: list[SubmissionReport], directory) -> list[Path]:
-    """``DIR/results.json`` for a single submission, else ``DIR/<student>/results.json``."""
+    """``DIR/results.json`` for a single submission, else ``DIR/<student>/results.json``.
+    Raises ValueError, naming both submissions, before writing anything, when two would be
+    written to one file (one folder on a file system that ignores case, too)."""
     directory = Path(directory)
-    written = []
-    for r in reports:
-        target = directory / "results.json" if len(reports) == 1 else directory / r.student / "results.json"
+    targets = [directory / "results.json" if len(reports) == 1 else directory / r.student / "results.json"
+               for r in reports]
+    seen: dict[str, SubmissionReport] = {}
+    for r, target in zip(reports, targets):
+        other = seen.setdefault(str(target).casefold(), r)
+        if other is not r:
+            raise ValueError(f"{other.path} and {r.path} would both be written to {target}: give them names of "
+                             "their own (see mha.grading.grader.unique_names)")
+    for r, target in zip(reports, targets):
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(gradescope(r), indent=2))
-        written.append(target)
-    return written
+    return targets

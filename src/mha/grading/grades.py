@@ -1,0 +1,191 @@
+"""The grades of a grading run as one JSON document (``mha grade --json FILE``), read back
+and merged by ``mha report``.
+
+The document holds everything the class report shows, so that the report can be made
+again, with other options, without grading again: per exercise its title, lesson, points,
+the notes of its public checks and its listed mistakes (key, name, hint, and where the
+point is taught); per submission every check's verdict, the named mistake it makes, and a
+wrong answer's anonymised code. ``pseudonym_seed`` orders the report's pseudonyms, so that
+every report made from the document gives each student the same one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import secrets
+from collections import Counter
+from pathlib import Path
+
+FORMAT = "mha-grades"
+VERSION = 2
+
+
+class GradesError(ValueError):
+    """A grades file that cannot be used: the message names the file and what is wrong."""
+
+
+# ----------------------------------------------------------------------------- writing
+
+def document(reports, exercises, *, sections: dict | None = None) -> dict:
+    """The JSON document of a grading run: plain data only (it survives a round trip through
+    JSON unchanged, so a report made from the file equals the one made while grading)."""
+    if sections is None:
+        from mha.exercises._sections import SECTIONS as sections
+    doc = {"format": FORMAT, "version": VERSION,
+           "graded": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+           "pseudonym_seed": secrets.token_hex(8),
+           "exercises": [exercise_record(e, sections) for e in exercises],
+           "submissions": [{**r.as_dict(), "source": str(Path(r.path).resolve())} for r in reports]}
+    return json.loads(json.dumps(doc))
+
+
+def exercise_record(ex, sections: dict) -> dict:
+    """What the report needs to know of an exercise, without loading it."""
+    from mha.exercises._sections import TITLES
+
+    mistakes = []
+    for k, m in enumerate(ex.mistakes):
+        section = m.section or sections.get((ex.id, k), "")
+        mistakes.append({"key": ex.mistake_name(k), "name": m.name, "hint": m.hint, "section": section,
+                         "taught": taught_text(section, TITLES)})
+    diagnosis = _diagnosis_section(ex, mistakes, sections)
+    try:
+        notes = {f"public check {k + 1}": c.note for k, c in enumerate(ex.public_cases()) if c.note}
+    except Exception:  # an exercise whose cases cannot be made here: no notes
+        notes = {}
+    return {"id": ex.id, "title": ex.title, "lesson": ex.lesson, "function": ex.function, "points": ex.points,
+            "notes": notes, "mistakes": mistakes,
+            "diagnosis": {"section": diagnosis, "taught": taught_text(diagnosis, TITLES)}}
+
+
+def _diagnosis_section(ex, mistakes: list[dict], sections: dict) -> str:
+    """Where the point of an exercise's own diagnoses is taught: the section of its lesson
+    that teaches the exercise (that of its mistakes that are not exceptions, for the
+    course's exercises), else the section most of its mistakes name."""
+    from mha.exercises._sections import TAUGHT
+
+    exceptions = TAUGHT.get(ex.id, (None, {}))[1]
+    usual = [sections[ex.id, k] for k in range(len(mistakes)) if k not in exceptions and (ex.id, k) in sections]
+    if ex.id in TAUGHT and usual:
+        return usual[0]
+    common = Counter(m["section"] for m in mistakes if m["section"]).most_common(1)
+    return common[0][0] if common else ""
+
+
+def taught_text(section: str, titles: dict) -> str:
+    """How a link to where a point is taught reads: "lesson 05: Pitfall 2: ..." for a
+    section of the course (``<lesson>#<anchor>``); a URL as it is."""
+    if not section or "://" in section or section.startswith("file:"):
+        return section
+    lesson, _, anchor = section.partition("#")
+    title = titles.get(section) or anchor.replace("-", " ")
+    return f"lesson {lesson[:2]}: {title}" if lesson[:2].isdigit() else f"{lesson}: {title}"
+
+
+def write(doc: dict, path) -> None:
+    Path(path).write_text(json.dumps(doc, indent=1), encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- reading
+
+def read(path) -> dict:
+    """A grades document written by ``mha grade --json``; GradesError says what is wrong."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise GradesError(f"{path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise GradesError(f"{path} is not a grades file of mha grade --json (not JSON: {e})") from None
+    if not isinstance(doc, dict) or "submissions" not in doc:
+        raise GradesError(f"{path} is not a grades file of mha grade --json (no submissions)")
+    if doc.get("format") != FORMAT:
+        raise GradesError(f"{path} was written by an older version of mha grade, from which the report cannot "
+                          "be made: grade the submissions again with --json")
+    if doc.get("version") != VERSION:
+        raise GradesError(f"{path} was written by another version of mha grade (format version "
+                          f"{doc.get('version')!r}; this one reads {VERSION}): use that version's mha report, "
+                          "or grade again")
+    try:
+        _validate(doc)
+    except (KeyError, TypeError, ValueError) as e:
+        raise GradesError(f"{path} is damaged: {e}") from None
+    return doc
+
+
+def _validate(doc: dict) -> None:
+    """Raise KeyError, TypeError or ValueError where the document lacks what the report reads."""
+    def has(record: dict, what: str, keys: tuple[str, ...]) -> None:
+        missing = [k for k in keys if k not in record]
+        if missing:
+            raise ValueError(f"{what} has no {', '.join(missing)}")
+
+    for e in doc["exercises"]:
+        has(e, f"exercise {e.get('id')!r}", ("id", "title", "lesson", "points", "mistakes"))
+        float(e["points"])
+    ids = {e["id"] for e in doc["exercises"]}
+    for s in doc["submissions"]:
+        has(s, f"submission {s.get('student')!r}", ("student", "path", "score", "exercises"))
+        for e in s["exercises"]:
+            has(e, f"{s['student']!r}'s answer {e.get('id')!r}", ("id", "score", "max_score", "status", "checks"))
+            if e["id"] not in ids:
+                raise ValueError(f"submission {s['student']!r} has an answer to {e['id']!r}, an exercise the file "
+                                 "does not describe")
+            float(e["score"])
+
+
+def merge(named: list[tuple[str, dict]], *, replace: bool = False, same=None) -> tuple[dict, list[str]]:
+    """One document from several runs' (file name, document), in order: a late submission
+    added, a section graded again. An exercise must be the same in every file that has it.
+    A submission in two files (the same file or folder graded twice; ``same(a, b)`` may say
+    more, e.g. the same student of a roster) is an error naming both files, unless
+    ``replace``: then the later file's grades count, and a note says so."""
+    if len(named) == 1:
+        return named[0][1], []
+    exercises: dict[str, tuple[str, dict]] = {}
+    for name, doc in named:
+        for e in doc["exercises"]:
+            if e["id"] in exercises:
+                first, had = exercises[e["id"]]
+                if _definition(had) != _definition(e):
+                    raise GradesError(f"exercise {e['id']} differs between {first} and {name} (points, title, "
+                                      "lesson or listed mistakes): grade both with the same exercises")
+            else:
+                exercises[e["id"]] = (name, e)
+    kept: list[tuple[str, dict]] = []
+    notes = []
+    for name, doc in named:
+        for s in doc["submissions"]:
+            earlier = next((k for k, (_, t) in enumerate(kept) if _same_submission(t, s, same)), None)
+            if earlier is None:
+                kept.append((name, s))
+                continue
+            first, old = kept[earlier]
+            if first == name:
+                raise GradesError(f"{name} holds {old['path']} and {s['path']}, which are the same student")
+            if not replace:
+                raise GradesError(f"{old['path']} is graded in {first} and in {name}: give --replace to take the later "
+                                  "file's grades (a regrade), or leave one of the files out")
+            notes.append(f"{s['student']}: the grades of {first} are replaced by those of {name}")
+            kept[earlier] = (name, s)
+    merged = {**named[0][1], "exercises": [e for _, e in exercises.values()],
+              "submissions": [s for _, s in kept], "graded": ", ".join(dict.fromkeys(d["graded"] for _, d in named))}
+    students = [s["student"] for s in merged["submissions"]]
+    if len(set(students)) < len(students):  # names unique in each run may meet: tell them apart again
+        from .grader import unique_names
+
+        for s, new in zip(merged["submissions"], unique_names([s.get("source") or s["path"] for s in
+                                                                merged["submissions"]])):
+            s["student"] = new
+    return merged, notes
+
+
+def _definition(e: dict) -> tuple:
+    return (e["title"], e["lesson"], float(e["points"]), tuple(m["key"] for m in e["mistakes"]))
+
+
+def _same_submission(a: dict, b: dict, same) -> bool:
+    if (a.get("source") or a["path"]) == (b.get("source") or b["path"]):
+        return True
+    return bool(same and same(a, b))
