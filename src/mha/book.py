@@ -71,7 +71,8 @@ class _Skipper:
         except SyntaxError:
             return lines  # let IPython report it
         defined = _defined_names(tree)            # bound by the cell itself: not needed from before
-        if not any(self._needed(name) for name in _used_names(tree) if name.split(".")[0] not in defined):
+        wanted = {name for name in _used_names(tree) if name.split(".")[0] not in defined} | _imported(tree)
+        if not any(self._needed(name) for name in wanted):
             return lines
         self.names |= defined
         return [f"print({self.notice!r})\n"]
@@ -84,7 +85,7 @@ class _Skipper:
 def _used_names(tree) -> set[str]:
     """The global names the code reads (at its top level or inside the functions and lambdas
     it defines; not their parameters or locals), each also with the attribute chains it is
-    read through (``mha.kernels.attention``), and the modules it imports."""
+    read through (``mha.kernels.attention``)."""
     import ast
     import symtable
 
@@ -104,7 +105,16 @@ def _used_names(tree) -> set[str]:
             node = node.value
         if isinstance(node, ast.Name) and node.id in globals_read and chain:
             found.add(".".join([node.id, *reversed(chain)]))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+    return found
+
+
+def _imported(tree) -> set[str]:
+    """The modules (and names in them) that the code imports: ``mha.kernels.attention``."""
+    import ast
+
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
             module = getattr(node, "module", None) or ""
             found |= {f"{module}.{a.name}".strip(".") for a in node.names} | ({module} if module else set())
     return found
