@@ -376,16 +376,39 @@ def test_ordinary_attributes_named_modules_or_compile_are_not_dynamic_lookups():
         assert any("dynamic" in u for u in forbidden_uses(ast.parse(sneaky), banned)), sneaky
 
 
-def test_a_docstring_naming_a_forbidden_function_is_not_a_use():
+def test_a_message_naming_a_forbidden_function_is_not_a_use():
+    """Docstrings, what raise and assert say, prints and warnings mention functions without
+    using them; a string that names a forbidden function exactly, as a lookup by name would
+    need it, still counts."""
     import ast
 
     from mha.exercises._core import forbidden_uses
 
-    banned = ("torch.nn.functional.scaled_dot_product_attention",)
-    honest = 'def f(q, k):\n    """Like scaled_dot_product_attention, written out."""\n    return q @ k.T\n'
-    assert forbidden_uses(ast.parse(honest), banned) == []
-    hidden = 'def f(q, k):\n    """Doc."""\n    name = "scaled_dot_product_attention"\n    return q\n'
-    assert forbidden_uses(ast.parse(hidden), banned) == ["scaled_dot_product_attention (named in a string)"]
+    banned = ("torch.nn.functional.scaled_dot_product_attention", "torch.softmax", "torch.nn.attention")
+    honest = [
+        'def f(q, k):\n    """Like scaled_dot_product_attention, written out."""\n    return q @ k.T\n',
+        'def f(s):\n    assert s.is_floating_point(), "the softmax needs floats"\n    return s\n',
+        'def f(s):\n    if s.dim() < 2:\n        raise ValueError(f"an attention mask is 2-D, got {s.dim()}")\n    return s\n',
+        'def f(s):\n    print("softmax of", s.shape)\n    return s\n',
+        'import warnings\ndef f(s):\n    warnings.warn("not scaled_dot_product_attention")\n    return s\n',
+        'def f(s):\n    note = "this is a softmax written out with torch.exp"\n    return s\n',
+    ]
+    for source in honest:
+        assert forbidden_uses(ast.parse(source), banned) == [], source
+    lookups = {
+        'def f(q, k):\n    """Doc."""\n    name = "scaled_dot_product_attention"\n    return q\n':
+            "scaled_dot_product_attention",
+        'def f(s):\n    path = "torch.nn.functional.scaled_dot_product_attention"\n    return s\n':
+            "scaled_dot_product_attention",
+        'def f(s):\n    where = "torch.nn.attention"\n    return s\n': "attention",
+    }
+    for source, leaf in lookups.items():
+        found = forbidden_uses(ast.parse(source), banned)
+        assert found and found[0].startswith(f"{leaf} (a string that names it"), (source, found)
+    for sneaky in ('import operator\ndef f(m):\n    return operator.attrgetter("soft" + "max")(m)\n',
+                   'def f(m):\n    return m.__getattribute__("soft" + "max")\n',
+                   'from importlib import import_module\ndef f(s):\n    return import_module("tor" + "ch")\n'):
+        assert any("dynamic" in u for u in forbidden_uses(ast.parse(sneaky), banned)), sneaky
 
 
 # ----------------------------------------------------------------------------- the graded-function contract

@@ -10,6 +10,7 @@ grader's sandbox sends back, so this layer never depends on the grader).
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -46,18 +47,29 @@ class Case:
         return tuple(noncontiguous(a) if i in self.noncontiguous else a for i, a in enumerate(args))
 
 
+MAX_NAME = 24
+NAME = re.compile(rf"(?=.{{1,{MAX_NAME}}}$)[a-z0-9]+(-[a-z0-9]+)*")
+
+
 @dataclass
 class Mistake:
     """A classic wrong answer: ``wrong(*args)`` computes it; ``hint`` explains it.
 
-    ``name``: a short, stable name for reports (default: its place in the exercise's list,
-    "mistake 1", "mistake 2", ...); ``section``: where the point is taught, for the class
+    ``name``: a short, stable label (lowercase words joined by '-', e.g. ``"no-scale"``), unique
+    within its exercise, which ``check`` shows before the hint and the class report counts the
+    mistake by (every mistake of the course has one; an instructor's may go without, and is
+    then called by its place in the list, "mistake 1", "mistake 2", ...); ``section``: where the point is taught, for the class
     report's link (a URL, or ``"<lesson>#<anchor>"`` for the course's lessons)."""
 
     hint: str
     wrong: Callable
     name: str = ""
     section: str = ""
+
+    def __post_init__(self):
+        if self.name and not NAME.fullmatch(self.name):
+            raise ValueError(f"a Mistake's name is a short label of lowercase words joined by '-' (at most "
+                             f"{MAX_NAME} characters), such as 'no-scale'; got {self.name!r}")
 
 
 class Op(NamedTuple):
@@ -111,8 +123,8 @@ UNWATCHED = ("overrides", "DisableTorchFunction", "DisableTorchFunctionSubclass"
 
 
 # What a call that launched no Triton kernel is told, where the exercise asks for one.
-NO_KERNEL = ("right values, but no Triton kernel was launched: this exercise asks for the computation in "
-             "a @triton.jit kernel that the function launches (kernel[grid](...))")
+NO_KERNEL = ("right values, but no Triton kernel was launched: this exercise asks for the result to be "
+             "computed by a @triton.jit kernel that the function launches (kernel[grid](...))")
 
 
 @dataclass
@@ -128,7 +140,7 @@ class Exercise:
     reference: Callable
     public: Callable[[torch.Generator], list[Case]]
     hidden: Callable[[torch.Generator], list[Case]]
-    answer: str = "tensor"  # "tensor", "int" or "shapes": how answers are compared
+    answer: str = "tensor"  # "tensor", "tensors", "int", "shapes" or "number": how answers are compared
     mistakes: tuple[Mistake, ...] = ()
     forbidden: tuple[str, ...] = ()
     explain: Callable[[Case, Outcome], str | None] | None = None
@@ -153,10 +165,23 @@ class Exercise:
     # is plain torch, so that expected values need no Triton): the dotted name of a function
     # that is, imported when asked for (see model_answer)
     model: str = ""
+    # for answer="number" (a prediction): the largest relative error that still counts as right
+    # (0: exactly); the statement states it
+    tolerance: float = 0.0
 
     def __post_init__(self):
+        names = [m.name for m in self.mistakes if m.name]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"exercise {self.id}: two mistakes are named {twice[0]!r}; names must differ")
         if self.audit is not None:  # what could switch the recording off is refused before running
             self.forbidden = tuple(self.forbidden) + tuple(n for n in UNWATCHED if n not in self.forbidden)
+
+    @property
+    def prediction(self) -> bool:
+        """A prediction exercise: the answer is a number the student works out before the page
+        measures it; there is nothing hidden to draw (one public check, no hidden ones)."""
+        return self.answer == "number"
 
     @property
     def signature(self) -> str:
@@ -216,11 +241,12 @@ class Exercise:
 
         def fail(problem: str, detail: str = "", hint: str | None = None, shown: str | None = None,
                  mistake: int | None = None) -> Verdict:
-            neutral = _with_hint(problem, hint) if hint else problem
+            label = self.mistakes[mistake].name if mistake is not None else ""
+            neutral = _with_hint(problem, hint, label) if hint else problem
             shown = shown if (reveal and shown) else problem
             if reveal and detail:
                 shown = f"{shown}: {detail}"
-            return Verdict(False, _with_hint(shown, hint) if hint else shown, case.hidden,
+            return Verdict(False, _with_hint(shown, hint, label) if hint else shown, case.hidden,
                            case.raises is not None, neutral, mistake, bool(hint) and mistake is None)
 
         if outcome.status == "missing":
@@ -252,12 +278,14 @@ class Exercise:
             return fail("returned a tensor on another device than its inputs': keep the result on "
                         "the inputs' device (here the CPU)")
         expected = self.expected(case) if expected is None else expected
-        ok, problem, detail = compare(self.answer, expected, outcome.value)
+        ok, problem, detail = compare(self.answer, expected, outcome.value, self.tolerance)
         if not ok:
             k = self._named_mistake(case, outcome.value, mistake_values)
             if k is not None:
                 return fail(problem, detail, self.mistakes[k].hint, mistake=k)
             return fail(problem, detail, self._explain(case, outcome))
+        if self.kernel and not outcome.launches:
+            return fail(NO_KERNEL)
         if self.audit is not None:
             try:
                 found = self.audit(case, outcome.trace or ())
@@ -265,15 +293,13 @@ class Exercise:
                 found = f"the checks could not follow how the result was computed ({type(e).__name__})"
             if found:
                 return fail(f"right values, computed the wrong way: {found}")
-        if self.kernel and not outcome.launches:
-            return fail(NO_KERNEL)
         return Verdict(True, "correct", case.hidden, False)
 
     def _explain(self, case: Case, outcome: Outcome) -> str | None:
-        if self.explain is None:
-            return None
+        """The exercise's own diagnosis of a failed outcome, else the course-wide one."""
         try:
-            return self.explain(case, outcome)
+            found = self.explain(case, outcome) if self.explain is not None else None
+            return found or common_diagnosis(outcome)
         except Exception:  # a hint must never break grading
             return None
 
@@ -284,13 +310,31 @@ class Exercise:
         them apart, and naming one could name the wrong one)."""
         values = self.mistake_values(case) if values is None else values
         found = [k for k, (m, wrong) in enumerate(zip(self.mistakes, values))
-                 if wrong is not None and compare(self.answer, wrong, got)[0]]
+                 if wrong is not None and compare(self.answer, wrong, got, self.tolerance)[0]]
         return found[0] if len({self.mistakes[k].hint for k in found}) == 1 else None
 
     def _mistake_hint(self, case: Case, got: Value, values: list | None = None) -> str | None:
         """The hint of :meth:`_named_mistake`, or None."""
         k = self._named_mistake(case, got, values)
         return None if k is None else self.mistakes[k].hint
+
+
+def common_diagnosis(outcome: Outcome) -> str | None:
+    """Hints that fit every exercise, from the error an answer raised."""
+    if outcome.status != "raised":
+        return None
+    msg = outcome.error_message
+    if ("bitwise_" in msg or "logical_" in msg) and "not implemented for" in msg and "'Bool'" not in msg:
+        return ("&, | and ~ combine masks of dtype torch.bool, and one of yours holds numbers (torch.ones, "
+                "torch.zeros and tril give float32 by default): make every mask torch.bool, with "
+                "torch.ones(..., dtype=torch.bool) or from a comparison such as j <= i")
+    if "masked_fill_ only supports boolean masks" in msg:
+        return ("masked_fill takes a mask of dtype torch.bool: build it with torch.ones(..., dtype=torch.bool) "
+                "or from a comparison such as j <= i")
+    if "arange's range must be a power of 2" in msg:
+        return ("tl.arange(0, BLOCK) needs a power of two: take BLOCK = triton.next_power_of_2(n) and mask "
+                "the lanes past n")
+    return None
 
 
 # How a check's message on a call that reached a forbidden function's stand-in begins (what to
@@ -372,8 +416,10 @@ def settle(cases: list[Case], verdicts: list[Verdict]) -> list[Verdict]:
 
 # ----------------------------------------------------------------------------- helpers
 
-def _with_hint(message: str, hint: str) -> str:
-    return f"{message.rstrip().rstrip('.')}. Hint: {hint}"
+def _with_hint(message: str, hint: str, name: str = "") -> str:
+    """``message``, then the hint; a listed mistake's hint carries the mistake's name:
+    "wrong values. Hint (no-scale): divide the scores by sqrt(d) ..."."""
+    return f"{message.rstrip().rstrip('.')}. Hint{f' ({name})' if name else ''}: {hint}"
 
 
 def clone_args(args: tuple) -> tuple:
@@ -407,10 +453,12 @@ TOLERANCE = {  # (rtol, atol) per dtype
 }
 
 
-def compare(answer: str, expected: Value, got: Value) -> tuple[bool, str, str]:
+def compare(answer: str, expected: Value, got: Value, tolerance: float = 0.0) -> tuple[bool, str, str]:
     """Return (ok, problem, detail) for one answer of kind ``answer``: ``problem`` never
     quotes values (the grader shows it for hidden checks too), ``detail`` does (shown for
-    public checks in the notebook)."""
+    public checks in the notebook). ``tolerance``: the relative error a "number" may have."""
+    if answer == "number":
+        return _compare_number(expected, got, tolerance)
     if answer == "tensor":
         return _compare_tensor(expected, got)
     if answer == "tensors":
@@ -419,7 +467,23 @@ def compare(answer: str, expected: Value, got: Value) -> tuple[bool, str, str]:
         return _compare_int(expected, got)
     if answer == "shapes":
         return _compare_shapes(expected, got)
-    raise ValueError(f"answer must be 'tensor', 'tensors', 'int' or 'shapes', got {answer!r}")
+    raise ValueError(f"answer must be 'tensor', 'tensors', 'int', 'shapes' or 'number', got {answer!r}")
+
+
+def _compare_number(expected: Value, got: Value, tolerance: float) -> tuple[bool, str, str]:
+    """A prediction: a Python number within ``tolerance`` (relative) of the expected one. The
+    detail says only which way it is off: the page measures the number right after."""
+    if got.kind not in ("int", "float"):
+        if got.kind == "tensor":
+            return False, "returned a tensor; return a Python number (float(...) converts it)", ""
+        return False, f"expected a number, got {got.describe(False)}", got.describe(True)
+    want, have = float(expected.data), float(got.data)
+    if have != have:  # NaN
+        return False, "the prediction is NaN: return a number", ""
+    if abs(have - want) <= tolerance * abs(want):
+        return True, "", ""
+    within = f"within {tolerance:.0%}" if tolerance else "exactly"
+    return False, f"the prediction is off (it must be right {within})", "too high" if have > want else "too low"
 
 
 def _compare_tensor(expected: Value, got: Value) -> tuple[bool, str, str]:
@@ -515,9 +579,11 @@ def safe_error_name(name: str, reveal: bool) -> str:
 # object they belong to; `sys.modules` and `builtins.compile` are recognised by their module,
 # since `model.modules()`, `re.compile` and `torch.compile` are ordinary calls.
 DYNAMIC_NAMES = {"eval", "exec", "compile", "__import__", "importlib", "globals", "vars", "__builtins__",
-                 "getattr", "setattr", "__dict__", "__globals__"}
+                 "getattr", "setattr", "__dict__", "__globals__", "import_module", "attrgetter", "methodcaller",
+                 "__getattribute__", "getattr_static"}
 DYNAMIC_ATTRS = {"__import__", "importlib", "globals", "vars", "__builtins__", "__dict__", "__globals__",
-                 "getattr", "setattr", "eval", "exec"}
+                 "getattr", "setattr", "eval", "exec", "import_module", "attrgetter", "methodcaller",
+                 "__getattribute__", "getattr_static"}
 DYNAMIC_QUALIFIED = {"sys.modules", "builtins.compile", "builtins.__dict__"}
 DYNAMIC = DYNAMIC_NAMES | DYNAMIC_ATTRS | DYNAMIC_QUALIFIED  # kept for code that imports the old name
 
@@ -575,10 +641,13 @@ def forbidden_uses(tree: ast.AST, forbidden: tuple[str, ...]) -> list[str]:
         elif kind == "imported":
             if value in leaves:
                 add(value)
-        elif kind == "str":
+        elif kind == "str":  # a string that could serve a lookup: the name itself, or a dotted path to it
+            name = value.strip()
             for leaf in leaves:
-                if leaf in value and len(leaf) > 6:
-                    add(f"{leaf} (named in a string)")
+                if len(leaf) > 6 and (name == leaf or name.endswith("." + leaf)):
+                    add(f"{leaf} (a string that names it, as a lookup by name would)")
+            if name in modules and name != "mha":
+                add(f"{name} (a string that names it, as a lookup by name would)")
     return found
 
 
@@ -605,11 +674,46 @@ def _is_docstring(stmt) -> bool:
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
+# Calls whose arguments are messages for a person, never looked up: print(...), warnings.warn(...),
+# logging's and a logger's methods.
+MESSAGE_CALLS = {"print", "warn", "debug", "info", "warning", "error", "exception", "critical", "log"}
+
+
+def _messages(tree: ast.AST) -> set[int]:
+    """The ids of the string constants of ``tree`` that are messages: docstrings, what a
+    ``raise`` or an ``assert`` says, the arguments of print and of warnings and logging
+    calls. A message that mentions a function does not use it."""
+    out = set()
+
+    def strings(node):
+        for n in ast.walk(node):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str):
+                out.add(id(n))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.body and _is_docstring(node.body[0]):
+                out.add(id(node.body[0].value))
+        elif isinstance(node, ast.Raise):
+            strings(node)
+        elif isinstance(node, ast.Assert) and node.msg is not None:
+            strings(node.msg)
+        elif isinstance(node, ast.Call):
+            f = node.func
+            called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if called in MESSAGE_CALLS:
+                for a in [*node.args, *(k.value for k in node.keywords)]:
+                    strings(a)
+    return out
+
+
 def _walk_facts(tree: ast.AST) -> list[tuple[str, str]]:
-    # A docstring is documentation, not a lookup: "computes the backward pass" must not
-    # cost an honest answer its points. Other strings still count (getattr(x, "name")).
+    # A message is not a lookup: a docstring that says "computes the backward pass", or a
+    # ValueError whose text speaks of "an attention mask", must not cost an honest answer its
+    # points. Other strings are kept, and count where they name a forbidden function exactly
+    # (what getattr(x, "name") or importlib would need).
     facts: dict[tuple[str, str], None] = {}
-    docstrings = set()
+    docstrings = _messages(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             facts["name", node.id] = None
@@ -617,9 +721,6 @@ def _walk_facts(tree: ast.AST) -> list[tuple[str, str]]:
             facts["attr", node.attr] = None
             if isinstance(node.value, ast.Name):
                 facts["chain", f"{node.value.id}.{node.attr}"] = None
-        elif isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if node.body and _is_docstring(node.body[0]):
-                docstrings.add(id(node.body[0].value))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names]
             for full in ([node.module] if isinstance(node, ast.ImportFrom) and node.module else []) + names:

@@ -177,13 +177,30 @@ def _forbidden_in(fn, ex: Exercise) -> list[str]:
             pass
     found += forbidden_uses(ast.Module(body=body, type_ignores=[]), ex.forbidden)
     banned = _forbidden_objects(ex.forbidden)
+    module = getattr(fn, "__module__", None)
     for f in _reached(fn):
         for name in _code_names(getattr(f, "__code__", None)):
             obj = getattr(f, "__globals__", {}).get(name)
-            hit = obj is not None and any(obj is b for b in banned)
+            hit = obj is not None and (any(obj is b for b in banned) or _imported_forbidden(obj, ex.forbidden, module))
             if hit and name not in found and "the mha package" not in found:
                 found.append("the mha package" if name == "mha" else name)
     return found
+
+
+def _imported_forbidden(obj, forbidden: tuple[str, ...], notebook: str | None) -> bool:
+    """Whether ``obj``, a global that the answer uses and that its notebook did not define,
+    came in through an import the grader refuses: ``from M import name`` with M a forbidden
+    module (or inside one), or with ``name`` the last part of a forbidden name. The grader
+    sees that import statement in the code it keeps; here only the object is left, and its
+    module and name tell where it came from."""
+    if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
+        return False
+    home = getattr(obj, "__module__", None) or ""
+    if not home or home == notebook:
+        return False
+    leaves = {f.rsplit(".", 1)[-1] for f in forbidden if f != "mha"}
+    return (getattr(obj, "__name__", None) in leaves
+            or any(home == f or home.startswith(f + ".") for f in forbidden if f != "mha"))
 
 
 def _reached(fn, limit: int = 50) -> list:

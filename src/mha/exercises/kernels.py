@@ -24,6 +24,31 @@ from .onehead import NO_SOFTMAX
 NEG_INF = float("-inf")
 
 
+# What a launcher may do with torch around its kernels: allocate, take views, copy and convert,
+# and ask tensors about their sizes (attribute reads are recorded as "__get__"). Any arithmetic
+# on the answer belongs in the kernel: a kernel that does nothing, launched beside a torch
+# computation, must not earn a kernel exercise's points.
+LAUNCHER_OPS = frozenset((
+    "__get__", "__len__", "__getitem__", "__setitem__", "size", "stride", "dim", "ndimension", "numel",
+    "nelement", "element_size", "data_ptr", "storage_offset", "is_contiguous", "is_floating_point",
+    "untyped_storage", "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like",
+    "full", "full_like", "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "zero_",
+    "fill_", "contiguous", "clone", "copy_", "detach", "to", "float", "half", "bfloat16", "double", "type",
+    "type_as", "cpu", "cuda", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze",
+    "unsqueeze", "transpose", "permute", "t", "expand", "expand_as", "movedim", "narrow", "select",
+    "as_strided", "unbind", "split", "chunk"))
+
+
+def _launcher_audit(case, ops):
+    """The torch operations of a call outside its kernel launches: allocation, views, copies
+    and conversions only (the launches themselves are not recorded, see mha._calls)."""
+    for op in ops:
+        if op.name not in LAUNCHER_OPS:
+            return (f"{op.name} computed with torch outside the kernel; the kernel must compute the result, "
+                    "and around its launch the function may only allocate, reshape, copy or convert tensors")
+    return None
+
+
 def _not_power_of_two(g, low: int, high: int) -> int:
     """A random int in [low, high] that is not a power of two (a block must be padded)."""
     while True:
