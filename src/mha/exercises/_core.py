@@ -283,7 +283,8 @@ class Exercise:
             k = self._named_mistake(case, outcome.value, mistake_values)
             if k is not None:
                 return fail(problem, detail, self.mistakes[k].hint, mistake=k)
-            return fail(problem, detail, self._explain(case, outcome))
+            return fail(problem, detail, self._explain(case, outcome) or value_diagnosis(self.answer, expected,
+                                                                                          outcome.value))
         if self.kernel and not outcome.launches:
             return fail(NO_KERNEL)
         if self.audit is not None:
@@ -334,6 +335,117 @@ def common_diagnosis(outcome: Outcome) -> str | None:
     if "arange's range must be a power of 2" in msg:
         return ("tl.arange(0, BLOCK) needs a power of two: take BLOCK = triton.next_power_of_2(n) and mask "
                 "the lanes past n")
+    return None
+
+
+def value_diagnosis(answer: str, expected: Value, got: Value) -> str | None:
+    """What a wrong value has in common with the right one, where no listed mistake and no
+    diagnosis of the exercise's own explains it: the same values up to one factor, transposed,
+    in another order, a mask that is wrong only on a diagonal... Words only: it is shown for
+    hidden checks too, so it never quotes a value."""
+    try:
+        if answer == "tensors" and got.kind in ("tuple", "list") and got.length == len(expected.data):
+            for k, (want, have) in enumerate(zip(expected.data, got.data)):
+                if not _compare_tensor(want, have)[0]:
+                    found = _tensor_diagnosis(want, have)
+                    return f"in item {k} of the tuple, {found}" if found else None
+        if answer == "tensor":
+            return _tensor_diagnosis(expected, got)
+        if answer == "int" and got.kind == "int":
+            return _int_diagnosis(int(expected.data), int(got.data))
+    except Exception:  # a diagnosis must never break grading
+        return None
+    return None
+
+
+def _int_diagnosis(want: int, have: int) -> str | None:
+    if want and have and want != have:
+        big, small = max(abs(want), abs(have)), min(abs(want), abs(have))
+        if big % small == 0:
+            return ("the count is off by a whole factor: a factor of it (2 for a multiply-add or for keys and "
+                    "values, the layers, the heads, the batch, the bytes per element...) is missing or counted twice")
+    if abs(want - have) == 1:
+        return "off by one: check where a range starts or stops (< or <=, a + 1 or - 1)"
+    return None
+
+
+def _tensor_diagnosis(expected: Value, got: Value) -> str | None:
+    if got.kind != "tensor" or expected.kind != "tensor":
+        return None
+    e, g = expected.data, got.data
+    if e.shape != g.shape or expected.dtype != got.dtype or e.size == 0:
+        return None
+    if e.dtype == np.bool_:
+        return _mask_diagnosis(e, g)
+    e64, g64 = e.astype(np.float64), g.astype(np.float64)
+    rtol, atol = TOLERANCE.get(expected.dtype, (1e-5, 1e-8))
+    close = lambda a, b: a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+    if np.isnan(g64).any() and not np.isnan(e64).any():
+        return ("NaN comes from 0 / 0, inf - inf or 0 * inf: look for a row with nothing to attend to, or an exp "
+                "that overflowed, on the way")
+    finite = np.isfinite(e64) & np.isfinite(g64)
+    if not finite.any():
+        return None
+    if e.ndim >= 2 and e.shape[-1] == e.shape[-2] and close(np.swapaxes(g64, -1, -2), e64):
+        return "these are the right values transposed: the last two axes are swapped"
+    big = finite & (np.abs(e64) > 10 * atol)
+    if big.sum() >= 2:
+        ratio = g64[big] / e64[big]
+        r = float(np.median(ratio))
+        if abs(r - 1) > 10 * rtol and np.allclose(ratio, r, rtol=10 * rtol) and close(g64, r * e64):
+            return ("every value is the right one times the same factor: a scale, a normalisation, a sum "
+                    "against a mean, or a count is off")
+        shift = float(np.median((g64 - e64)[finite]))
+        if abs(shift) > 10 * atol and close(g64 - shift, e64):
+            return "every value is off by the same amount: a constant is added or left out"
+    for axis in range(e.ndim):
+        if e.shape[axis] > 1 and _reordered(e64, g64, axis, close):
+            return (f"whole slices along dimension {axis} hold the right values in the wrong places: an index, "
+                    "the order of heads or of a split, or a layout is off")
+    if e.size > 1 and close(np.sort(g64, axis=None), np.sort(e64, axis=None)):
+        return "the right values in the wrong places: a reshape, view or transpose moved entries across axes"
+    return None
+
+
+def _reordered(e, g, axis, close) -> bool:
+    """Whether ``g`` is ``e`` with its slices along ``axis`` in another order."""
+    es, gs = np.moveaxis(e, axis, 0), np.moveaxis(g, axis, 0)
+    if close(es, gs):
+        return False
+    used = set()
+    for slice_ in gs:
+        match = next((i for i in range(len(es)) if i not in used and close(slice_, es[i])), None)
+        if match is None:
+            return False
+        used.add(match)
+    return True
+
+
+def _mask_diagnosis(e, g) -> str | None:
+    if (g == ~e).all():
+        return "every entry is the opposite of the right one: here True means may attend"
+    wrong = g != e
+    if e.ndim < 2:
+        return None
+    rows, cols = e.shape[-2], e.shape[-1]
+    i, j = np.nonzero(wrong.reshape(-1, rows, cols).any(axis=0))
+    if i.size and np.unique(j - i).size == 1:
+        return ("only the entries of one diagonal are wrong: may a query attend to its own position, and which "
+                "key sits at a query's position when there are more keys than queries?")
+    extra, missing = (g & ~e).any(), (~g & e).any()
+    which = "allows keys that must stay hidden" if extra and not missing else (
+        "hides keys that may be seen" if missing and not extra else "is wrong both ways")
+    flat_rows = wrong.any(axis=-1)   # (..., rows): queries with a wrong entry
+    flat_cols = wrong.any(axis=-2)   # (..., cols): keys with a wrong entry
+    if wrong.any(axis=-2).sum() and (wrong == (wrong.any(axis=-2, keepdims=True) & True)).all():
+        return f"the mask {which} in whole key columns: which keys are padding (j against the length)?"
+    if (wrong == flat_rows[..., None]).all():
+        return f"the mask {which} in whole query rows: padding hides keys, the columns, not queries"
+    above = (np.arange(cols)[None, :] - np.arange(rows)[:, None]) > (cols - rows)
+    if (wrong & ~above).sum() == 0:
+        return f"the mask {which} above the bottom-right diagonal, in the future of a query: check the causal part"
+    if (wrong & above).sum() == 0:
+        return f"the mask {which} on or below the bottom-right diagonal: check the causal part and the padding"
     return None
 
 
