@@ -147,7 +147,7 @@ def test_wrong_dtype_and_shape_are_named(capsys):
 
 
 def test_int_answers_must_be_ints(capsys):
-    check("params.gqa_params", lambda C, h, g, b: 2 * C * C + 2 * C * g * C / h)
+    check("params.cross_gqa_params", lambda C, h, g, k, b: 2 * C * C + 2 * k * g * C / h)
     assert "return an int" in capsys.readouterr().out
 
 
@@ -238,11 +238,11 @@ def test_heads_into_batch_gets_a_non_contiguous_input_and_a_view_on_it_loses_poi
 
 
 def test_gqa_biases_of_width_c_lose_points_on_every_hidden_draw():
-    ex = get("params.gqa_params")
+    ex = get("params.cross_gqa_params")
 
-    def biases_4c(C, h, g, b):  # K and V biases of width C instead of g * d_h
+    def biases_4c(C, h, g, k, b):  # K and V biases of width C instead of g * d_h
         kv = g * (C // h)
-        return 2 * C * C + 2 * C * kv + (4 * C if b else 0)
+        return 2 * C * C + 2 * k * kv + (4 * C if b else 0)
 
     for seed in range(300):
         cases = ex.hidden_cases(seed)

@@ -261,10 +261,10 @@ class Exercise:
                         "its inputs as they were; work on a copy (.clone()) or out of place")
         if case.raises:
             if outcome.status == "raised" and case.raises in (outcome.error_type, *outcome.error_bases):
-                if not all(n in outcome.error_message for n in case.names):
+                if not self._names_arguments(case, outcome.error_message):
                     wanted = " and ".join(f"`{n}`" for n in case.names)
-                    return fail(f"raises {case.raises}, but its message does not name {wanted}: say "
-                                "which argument is wrong and what would be valid")
+                    return fail(f"raises {case.raises}, but its message does not name {wanted} (or give their "
+                                "values): say which argument is wrong and what would be valid")
                 return Verdict(True, f"raises {case.raises}", case.hidden, True)
             got = (f"raised {safe_error_name(outcome.error_type, False)}" if outcome.status == "raised"
                    else f"returned {outcome.value.describe(False)}")
@@ -295,6 +295,15 @@ class Exercise:
             if found:
                 return fail(f"right values, computed the wrong way: {found}")
         return Verdict(True, "correct", case.hidden, False)
+
+    def _names_arguments(self, case: Case, message: str) -> bool:
+        """Whether an error message names the arguments at fault: by name (``embed_dim``), or by
+        the values they have in this call ("C=10 is not divisible by h=3")."""
+        if all(n in message for n in case.names):
+            return True
+        values = [case.args[self.params.index(n)] for n in case.names if n in self.params]
+        return len(values) == len(case.names) and all(
+            re.search(rf"(?<![\w.]){re.escape(str(v))}(?![\w]|\.\d)", message) for v in values)
 
     def _explain(self, case: Case, outcome: Outcome) -> str | None:
         """The exercise's own diagnosis of a failed outcome, else the course-wide one."""
@@ -513,6 +522,9 @@ def _read_trace(entries) -> tuple[Op, ...]:
     return tuple(ops)
 
 
+PENDING = "counts once the function returns correct values"
+
+
 def settle(cases: list[Case], verdicts: list[Verdict]) -> list[Verdict]:
     """The rule both judges apply to an exercise's verdicts once they are all in: raising
     the right error on bad input counts only for a function that also returns a correct
@@ -521,7 +533,7 @@ def settle(cases: list[Case], verdicts: list[Verdict]) -> list[Verdict]:
     out = []
     for case, v in zip(cases, verdicts):
         if case.raises and v.passed and not value_ok:
-            v = Verdict(False, "counts once the function returns correct values", v.hidden, True)
+            v = Verdict(False, f"raises {case.raises} as asked; {PENDING}", v.hidden, True)
         out.append(v)
     return out
 
@@ -664,8 +676,13 @@ def _compare_shapes(expected: Value, got: Value) -> tuple[bool, str, str]:
         if name not in have:
             return False, f"the dict has no key {name!r}", ""
         v = have[name]
-        if v.kind not in ("tuple", "list") or not all(x.kind == "int" for x in v.data):
+        if v.kind not in ("tuple", "list"):
             return False, f"{name!r} should be a tuple of ints, got {v.describe(False)}", v.describe(True)
+        for i, x in enumerate(v.data):
+            if x.kind != "int":
+                why = ": use // (integer division), so that sizes stay ints" if x.kind == "float" else ""
+                return False, f"{name!r} should be a tuple of ints, but its entry {i} is {x.describe(False)}{why}", \
+                    repr(x.data) if x.kind in ("float", "int", "str", "bool") else ""
         got_t = tuple(x.data for x in v.data)
         want_t = tuple(x.data for x in want.data)
         if got_t != want_t:

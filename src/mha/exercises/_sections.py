@@ -30,7 +30,9 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
                                                                  3: r"01-one-head: Why divide by $\sqrt{d_h}$?"}),
     # 04: parameter counts
     "params.mha_params": ("The count does not depend on h", {}),
-    "params.gqa_params": ("Grouped-query and multi-query attention: fewer key and value weights", {}),
+    "params.cross_gqa_params": ("Grouped-query and multi-query attention: fewer key and value weights",
+                                {k: "07-cross-attention: Inside cross-attention: `kdim` and `vdim`"
+                                 for k in (0, 1, 4, 7)}),
     "params.max_kv_heads": ("A first look at the KV cache",
                             {0: "Grouped-query and multi-query attention: fewer key and value weights"}),
     # 05: causal masking

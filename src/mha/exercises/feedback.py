@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from mha import _calls, _plain
 
-from ._core import (Case, Exercise, MalformedResult, Outcome, Verdict, clone_args, describe_args, forbidden_uses,
-                    read_record, settle)
+from ._core import (PENDING, Case, Exercise, MalformedResult, Outcome, Verdict, clone_args, describe_args,
+                    forbidden_uses, read_record, settle)
 
 
 def traps_of(ex: Exercise) -> list[str]:
@@ -136,7 +136,7 @@ def _check(exercise_id: str, fn) -> CheckResult:
             label += " (" + ", ".join(ex.params[i] for i in case.noncontiguous) + " not contiguous)"
         if case.note:
             label += f" ({case.note})"
-        mark = "ok " if verdict.passed else "FAIL"
+        mark = "ok " if verdict.passed else " -- " if verdict.message.endswith(PENDING) else "FAIL"
         text = "correct" if verdict.passed else verdict.message
         print(f"  [{mark}] {ex.function}({label}): {text}")
     result.total = len(cases)
