@@ -207,10 +207,11 @@ def test_correct_answers_get_full_marks_on_every_draw_in_every_dtype(exercise_id
 
 @pytest.mark.parametrize("exercise_id", IDS)
 def test_every_mistake_loses_points_on_every_hidden_draw_with_its_hint(exercise_id):
+    """A prediction has nothing hidden: its mistakes are judged on its public check."""
     ex = get(exercise_id)
     failures = []
-    for seed in SEEDS:
-        cases = ex.hidden_cases(seed)
+    for seed in SEEDS[:1] if ex.prediction else SEEDS:
+        cases = ex.public_cases() if ex.prediction else ex.hidden_cases(seed)
         keys = [(None, None) if c.raises else (ex.expected(c), ex.mistake_values(c)) for c in cases]
         for k, m in enumerate(ex.mistakes):
             verdicts = [ex.judge(c, graded_call(ex, m.wrong, c), expected=e, mistake_values=w)
@@ -221,7 +222,7 @@ def test_every_mistake_loses_points_on_every_hidden_draw_with_its_hint(exercise_
                 got = "; ".join(v.message for v in verdicts if not v.passed)
                 failures.append(f"mistake {k} ({m.hint[:60]}...) fails hidden draw {seed} without its "
                                 f"hint: {got[:300]}")
-    total = len(SEEDS) * len(ex.mistakes)
+    total = (1 if ex.prediction else len(SEEDS)) * len(ex.mistakes)
     assert not failures, report(failures, total, f"(mistake, hidden draw) pairs of {exercise_id} go wrong")
 
 

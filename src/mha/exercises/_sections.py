@@ -66,7 +66,8 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
                          {0: "The softmax Jacobian"}),
     "grads.linear_backward": (r"The output projection: $dW_O = O^\top dY$", {}),
     # 09: the cost of attention
-    "cost.layer_flops": ("Counting the FLOPs of one layer", {}),
+    "cost.cross_layer_flops": ("Counting the FLOPs of one layer", {}),
+    "cost.flop_growth": ("When does the $T^2$ part take over?", {}),
     "cost.crossover_length": ("When does the $T^2$ part take over?", {}),
     "cost.backward_flops": ("What each path keeps for the backward pass", {}),
     "cost.loglog_slope": ("Time against length", {}),
