@@ -9,6 +9,38 @@ import torch
 
 # ---------------------------------------------------------------- online_softmax_stats
 
+def stats_running_max_with_the_chunk(chunks):
+    """Each new max taken over the running max and the chunk's scores together (one call), and
+    each new sum over the old sum, rescaled, and the chunk's terms, stacked: still one chunk and
+    the running (m, l) at a time."""
+    m = torch.tensor(float("-inf"), dtype=chunks.dtype)
+    l = torch.zeros((), dtype=chunks.dtype)
+    rows = []
+    for x in chunks:
+        m_new = torch.cat([m.reshape(1), x]).max()
+        if torch.isfinite(m_new):
+            old = l * torch.exp(m - m_new) if torch.isfinite(m) else l
+            l = torch.cat([old.reshape(1), torch.exp(x - m_new)]).sum()
+            m = m_new
+        rows.append(torch.stack([m, l]))
+    return torch.stack(rows)
+
+
+def stats_max_of_two(chunks):
+    """The running max and the chunk's own max, stacked, then their max: with chunks of width 1
+    that stack has as many values as two chunks."""
+    m = torch.tensor(float("-inf"), dtype=chunks.dtype)
+    l = torch.zeros((), dtype=chunks.dtype)
+    rows = []
+    for x in chunks:
+        m_new = torch.stack([m, x.max()]).max()
+        if not torch.isneginf(m_new):
+            l = l * torch.exp(m - m_new) + torch.exp(x - m_new).sum()
+            m = m_new
+        rows.append(torch.stack([m, l]))
+    return torch.stack(rows)
+
+
 def stats_python_floats(chunks):
     """Plain Python floats, in float64, chunk by chunk."""
     m, l, rows = -math.inf, 0.0, []
@@ -349,7 +381,8 @@ def window_forbidden_sdpa(q, k, v, window, block_size):
 
 
 CORRECT = {
-    "flash.online_softmax_stats": [stats_python_floats, stats_logsumexp_per_chunk, stats_preallocated],
+    "flash.online_softmax_stats": [stats_python_floats, stats_logsumexp_per_chunk, stats_preallocated,
+                                   stats_running_max_with_the_chunk, stats_max_of_two],
     "flash.merge_partials": [merge_via_lse, merge_row_by_row, merge_sigmoid],
     "flash.wasted_scores": [wasted_by_mask, wasted_by_rows, wasted_by_corners],
     "flash.tiled_window_forward": [window_with_lse, window_row_by_row, window_skip_tiles],
