@@ -84,7 +84,7 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
     "decode.decode_step": ("Decoding with a KV cache", {}),
     "decode.gqa_from_mha": ("Fewer key/value heads: MQA and GQA", {}),
     "decode.rope_rotate": ("Rotary position embeddings (RoPE)", {3: "RoPE meets the KV cache"}),
-    "decode.mla_cache_bytes": ("Multi-head latent attention (MLA)", {3: "The cache of published models",
+    "decode.mla_max_context": ("Multi-head latent attention (MLA)", {3: "The cache of published models",
                                                                      4: "The cache of published models"}),
     # 12: PyTorch's built-ins
     "builtins.torch_masks_to_allowed": ("Masks: `True` means *blocked*", {}),
