@@ -126,10 +126,30 @@ def shapes_wrong_assert(batch, seq_len, embed_dim, num_heads):
     return shapes_divmod(batch, seq_len, embed_dim, num_heads)
 
 
+def weights_mib_in_bytes_first():
+    nbytes = 12 * 1024 * 1024 * 4            # 12 heads, 1024 x 1024 weights each, float32
+    return nbytes / 1024 / 1024
+
+
+def weights_mib_rounded():
+    """A prediction written down as a plain number."""
+    return 48.0
+
+
+def weights_mib_wrong_batch_of_eight():
+    return 8 * 12 * 1024 * 1024 * 4 / 2**20
+
+
+def weights_mib_wrong_gigabytes():
+    """The size in GiB where MiB are asked for."""
+    return 12 * 1024 * 1024 * 4 / 2**30
+
+
 CORRECT = {
     "dims.split_heads": [split_heads_chunk_stack, split_heads_numpy],
     "dims.heads_into_batch": [hib_batch_first_route, hib_loop, hib_einops_like],
     "dims.shapes": [shapes_divmod, shapes_step_by_step],
+    "dims.weights_mib": [weights_mib_in_bytes_first, weights_mib_rounded],
 }
 
 WRONG = {
@@ -137,4 +157,5 @@ WRONG = {
     "dims.heads_into_batch": [hib_wrong_view, hib_wrong_batch_first_assumed, hib_wrong_heads_last],
     "dims.shapes": [shapes_wrong_message, shapes_wrong_scores_over_features, shapes_wrong_no_check,
                     shapes_wrong_assert],
+    "dims.weights_mib": [weights_mib_wrong_batch_of_eight, weights_mib_wrong_gigabytes],
 }

@@ -163,11 +163,31 @@ def fuse_einops_like(w_heads):
     return w_heads.unflatten(1, (3, three_d // 3)).permute(1, 0, 2, 3).flatten(0, 2)
 
 
+def dropout_spread_binomial():
+    """The number of survivors is binomial(16, 0.8); the sum is that number / (16 * 0.8)."""
+    n, keep = 16, 0.8
+    return (n * keep * (1 - keep)) ** 0.5 / (n * keep)
+
+
+def dropout_spread_written_down():
+    return 0.125
+
+
+def dropout_spread_wrong_p_over_n():
+    """sqrt(p / n), the rescaling forgotten on one side."""
+    return (0.2 / 16) ** 0.5
+
+
+def dropout_spread_wrong_guess():
+    return 0.2
+
+
 CORRECT = {
     "layer.concat_heads": [concat_cat, concat_einsum, concat_sum_of_heads],
     "layer.split_qkv_gqa": [gqa_split_slices, gqa_split_loops, gqa_split_one_view],
     "layer.attention_dropout": [dropout_where, dropout_masked_fill, dropout_numpy],
     "layer.fuse_head_weights": [fuse_cat, fuse_index, fuse_einops_like],
+    "layer.dropout_row_spread": [dropout_spread_binomial, dropout_spread_written_down],
 }
 
 WRONG = {
@@ -176,4 +196,5 @@ WRONG = {
     "layer.attention_dropout": [dropout_wrong_survivors_unscaled_in_place, dropout_wrong_expected_value,
                                 dropout_wrong_renormalised],
     "layer.fuse_head_weights": [fuse_wrong_heads_reversed, fuse_wrong_roles_interleaved, fuse_wrong_v_first],
+    "layer.dropout_row_spread": [dropout_spread_wrong_p_over_n, dropout_spread_wrong_guess],
 }

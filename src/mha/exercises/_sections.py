@@ -26,6 +26,7 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
     "dims.split_heads": ("Why view first, then transpose", {}),
     "dims.heads_into_batch": ("Why view first, then transpose", {0: "Batched matmul: all heads at once"}),
     "dims.shapes": ("One tensor, step by step", {}),
+    "dims.weights_mib": ("Sizes of real models", {}),
     "heads.multi_query_head": ("Why view first, then transpose", {0: "One tensor, step by step",
                                                                  3: r"01-one-head: Why divide by $\sqrt{d_h}$?"}),
     # 04: parameter counts
@@ -50,6 +51,7 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
                                                    3: "11-kv-cache-gqa-mla: Fewer key/value heads: MQA and GQA"}),
     "layer.attention_dropout": ("Attention dropout", {}),
     "layer.fuse_head_weights": ("Version 3: one fused projection", {}),
+    "layer.dropout_row_spread": ("Attention dropout", {}),
     # 07: cross-attention
     "cross.cross_attention_shapes": ("Inside cross-attention: `kdim` and `vdim`", {}),
     "cross.mask_for_role": ("Which mask for which role", {0: "The same masks in PyTorch's modules",
@@ -97,8 +99,10 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
     "induction.mean_ablate_head": ("Removing heads: which ones matter?", {}),
     # 14: FlashAttention in Triton
     "kernels.row_softmax": ("Programs, blocks and masks", {}),
-    "kernels.attention_delta": ("The backward pass, from lesson 08's gradients", {}),
+    "kernels.row_lse": ("The forward kernel, read against lesson 10's loop",
+                        {k: "Causal attention: which blocks run, and which need a mask" for k in (4, 5)}),
     "kernels.fixed_attention": ("Causal attention: which blocks run, and which need a mask", {}),
+    "kernels.tiles_visited": ("Causal attention: which blocks run, and which need a mask", {}),
 }
 
 

@@ -176,4 +176,32 @@ SHAPES = Exercise(
     forbidden=("mha",), dtypes=(),
 )
 
-EXERCISES = (SPLIT, HEADS_INTO_BATCH, SHAPES)
+# ---------------------------------------------------------------- 7. a prediction: the memory of the weights
+
+def weights_mib() -> float:
+    """GPT-2 small's attention layer (C = 768, 12 heads) returns its attention weights for one
+    sequence of 1024 tokens in float32 (need_weights=True): how many MiB does that tensor hold?"""
+    B, h, T, bytes_per_number = 1, 12, 1024, 4
+    return B * h * T * T * bytes_per_number / 2**20          # (B, h, T, T): one weight per head, query, key
+
+
+WEIGHTS_MIB = Exercise(
+    id="dims.weights_mib", title="Predict: the memory of the attention weights", lesson="03-dimension-math",
+    function="weights_mib", params=(), points=2, reference=weights_mib, answer="number", tolerance=0.1,
+    public=lambda g: [Case((), note="GPT-2 small, one sequence of 1024 tokens, float32")], hidden=lambda g: [],
+    public_seed=205,
+    mistakes=(
+        Mistake("every head has its own (T, T) weights: the tensor is (B, h, T, T), 12 times one head's",
+                lambda: 1024 * 1024 * 4 / 2**20, name="one-head"),
+        Mistake("a float32 number takes 4 bytes, not 2", lambda: 12 * 1024 * 1024 * 2 / 2**20, name="two-bytes"),
+        Mistake("the weights compare every query with every key: T x T per head, not T x d_h (that is the "
+                "size of the heads' outputs)", lambda: 12 * 1024 * 64 * 4 / 2**20, name="t-by-d-h"),
+        Mistake("count bytes, then divide by 2**20 for MiB: the number of weights alone is not a size in MiB",
+                lambda: 12 * 1024 * 1024 / 2**20, name="numbers-not-bytes"),
+        Mistake("the weights are (B, h, T, T), T squared: one row of T weights per query, not one weight per "
+                "query", lambda: 12 * 1024 * 4 / 2**20, name="t-not-squared"),
+    ),
+    forbidden=("mha",), dtypes=(),
+)
+
+EXERCISES = (SPLIT, HEADS_INTO_BATCH, SHAPES, WEIGHTS_MIB)

@@ -11,12 +11,20 @@ import ast
 import inspect
 import json
 import textwrap
+import time
 from dataclasses import dataclass, field
 
 from mha import _calls, _plain
 
 from ._core import (PENDING, Case, Exercise, MalformedResult, Outcome, Verdict, clone_args, describe_args,
                     forbidden_uses, read_record, settle)
+
+
+# A kernel answer whose public checks take longer than this (CPU seconds) gets a warning: the
+# grader runs about twice as many checks within its limit for kernel exercises
+# (mha.grading.sandbox.Limits.kernel_exercise_s, 60 s).
+SLOW_KERNEL_S = 2.0
+KERNEL_LIMIT_S = 60.0
 
 
 def traps_of(ex: Exercise) -> list[str]:
@@ -122,7 +130,13 @@ def _check(exercise_id: str, fn) -> CheckResult:
         print(f"  ! {msg}")
 
     cases = ex.public_cases()
+    started = time.process_time()
     outcomes = run_public(ex, fn)
+    spent = time.process_time() - started
+    if ex.kernel and spent > SLOW_KERNEL_S:
+        print(f"  ! the public checks took {spent:.1f} s of CPU time: Triton's interpreter runs a grid's programs "
+              f"one after another, and the grader, with its hidden checks as well, allows a kernel exercise "
+              f"{KERNEL_LIMIT_S:g} s; give each program a block of at least 16 rows")
     if all(o.status == "not-attempted" for o in outcomes):
         result.attempted = False
         result.total = len(cases)

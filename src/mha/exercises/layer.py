@@ -300,4 +300,37 @@ FUSE = Exercise(
     forbidden=("mha",),
 )
 
-EXERCISES = (CONCAT, SPLIT_QKV_GQA, DROPOUT, FUSE)
+# ---------------------------------------------------------------- 5. a prediction: how much dropout shakes a row
+
+def dropout_row_spread() -> float:
+    """A row of 16 equal attention weights, 1/16 each, goes through dropout with p = 0.2 in
+    training, again and again: what is the standard deviation of the row's sum over the draws?"""
+    n, p = 16, 0.2
+    one = (1 / n) ** 2 * p / (1 - p)       # variance of one weight w m / (1 - p), m ~ Bernoulli(1 - p)
+    return math.sqrt(n * one)              # the n weights are dropped independently: variances add
+
+
+DROPOUT_SPREAD = Exercise(
+    id="layer.dropout_row_spread", title="Predict: how much dropout shakes a row", lesson=LESSON,
+    function="dropout_row_spread", params=(), points=2, reference=dropout_row_spread, answer="number",
+    tolerance=0.05, public=lambda g: [Case((), note="16 weights of 1/16, p = 0.2")], hidden=lambda g: [],
+    public_seed=606,
+    mistakes=(
+        Mistake("the rescaling by 1 / (1 - p) keeps the sum right on AVERAGE only: each draw drops other weights, "
+                "so the sum changes from draw to draw", lambda: 0.0, name="no-spread"),
+        Mistake("the survivors are divided by (1 - p) in training, which widens the spread too: each weight's "
+                "variance is w^2 p / (1 - p), not w^2 p (1 - p)", lambda: math.sqrt(16 * (1 / 16) ** 2 * 0.2 * 0.8),
+                name="survivors-not-rescaled"),
+        Mistake("that is the variance: the spread asked for is its square root, the standard deviation",
+                lambda: dropout_row_spread() ** 2, name="variance-not-std"),
+        Mistake("the row's sum adds 16 independent weights: their variances add, so its spread is sqrt(16) "
+                "times one weight's, not one weight's alone", lambda: dropout_row_spread() / 4,
+                name="one-weight-only"),
+        Mistake("that is the spread of the NUMBER of surviving weights, sqrt(n p (1 - p)); the sum of the "
+                "weights, each 1/16 and divided by 1 - p, spreads much less",
+                lambda: math.sqrt(16 * 0.2 * 0.8), name="count-of-survivors"),
+    ),
+    forbidden=("mha",), dtypes=(),
+)
+
+EXERCISES = (CONCAT, SPLIT_QKV_GQA, DROPOUT, FUSE, DROPOUT_SPREAD)
