@@ -178,10 +178,31 @@ def mean_ablate_wrong_rows(head_outputs, out_proj_weight, head):
     return head_outputs.transpose(1, 2).reshape(B, T, h * d) @ w.T
 
 
+def composing_head_by_overlap():
+    """The head whose block of written features overlaps the block the keys read."""
+    writes = [set(range(8, 12)), set(range(0, 4)), set(range(4, 8))]
+    return max(range(3), key=lambda a: len(writes[a] & set(range(4, 8))))
+
+
+def composing_head_written_down():
+    return 2
+
+
+def composing_head_wrong_last():
+    """The last first-layer head, by habit."""
+    return 3
+
+
+def composing_head_wrong_two_heads():
+    """1.5: "between the query's and the key's"."""
+    return 1.5
+
+
 CORRECT = {
     "induction.k_composition": [k_composition_loops, k_composition_einsum, k_composition_numpy],
     "induction.prefix_matching_score": [prefix_loops, prefix_shifted_tokens, prefix_numpy],
     "induction.mean_ablate_head": [mean_ablate_subtract, mean_ablate_einsum, mean_ablate_cat],
+    "induction.composing_head": [composing_head_by_overlap, composing_head_written_down],
 }
 
 WRONG = {
@@ -190,4 +211,5 @@ WRONG = {
     "induction.prefix_matching_score": [prefix_wrong_half, prefix_wrong_future, prefix_wrong_previous_token],
     "induction.mean_ablate_head": [mean_ablate_wrong_in_place, mean_ablate_wrong_first_sequence,
                                    mean_ablate_wrong_rows],
+    "induction.composing_head": [composing_head_wrong_last, composing_head_wrong_two_heads],
 }

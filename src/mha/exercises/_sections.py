@@ -97,6 +97,7 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
     "induction.k_composition": ("How the two heads work together: K-composition", {}),
     "induction.prefix_matching_score": ("Finding the heads by measurement", {}),
     "induction.mean_ablate_head": ("Removing heads: which ones matter?", {}),
+    "induction.composing_head": ("How the two heads work together: K-composition", {}),
     # 14: FlashAttention in Triton
     "kernels.row_softmax": ("Programs, blocks and masks", {}),
     "kernels.row_lse": ("The forward kernel, read against lesson 10's loop",

@@ -296,4 +296,32 @@ MEAN_ABLATE = Exercise(
     forbidden=NO_MHA,
 )
 
-EXERCISES = (K_COMPOSITION, PREFIX, MEAN_ABLATE)
+# ---------------------------------------------------------------- 4. a prediction: which head composes
+
+def composing_head() -> int:
+    """Three first-layer heads write into three blocks of the residual stream's 12 features:
+    head 0 into features 8-11, head 1 into 0-3, head 2 into 4-7. A second-layer head reads its
+    queries from features 0-3, its keys from 4-7 and its values from 8-11. With which
+    first-layer head does it K-compose?"""
+    writes = {0: range(8, 12), 1: range(0, 4), 2: range(4, 8)}
+    keys_read = range(4, 8)                      # K-composition: head a writes what the keys read
+    return next(a for a, block in writes.items() if block == keys_read)
+
+
+COMPOSING_HEAD = Exercise(
+    id="induction.composing_head", title="Predict: which head composes?", lesson="13-induction-heads",
+    function="composing_head", params=(), points=2, reference=composing_head, answer="number", tolerance=0.0,
+    public=lambda g: [Case((), note="three first-layer heads, one second-layer head")], hidden=lambda g: [],
+    public_seed=1307,
+    mistakes=(
+        Mistake("head 1 writes into the features the QUERIES read: that is Q-composition; K-composition runs "
+                "through the keys, so look for the head that writes what W_K reads", lambda: 1,
+                name="q-composition"),
+        Mistake("head 0 writes into the features the VALUES read: that is V-composition; K-composition runs "
+                "through the keys, so look for the head that writes what W_K reads", lambda: 0,
+                name="v-composition"),
+    ),
+    forbidden=NO_MHA, dtypes=(),
+)
+
+EXERCISES = (K_COMPOSITION, PREFIX, MEAN_ABLATE, COMPOSING_HEAD)
