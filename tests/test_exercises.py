@@ -468,3 +468,89 @@ def test_hidden_verdicts_say_nothing_of_the_inputs_values(capsys):
     public = ex.public_cases()[0]
     shown = ex.judge(public, call_outcome(lambda B, T, S, C, h: 7, public))
     assert shown.neutral == "wrong value" and shown.message.startswith("wrong value: expected")
+
+
+# ----------------------------------------------------------------------------- names, raised errors, predictions
+
+def test_every_course_mistake_has_a_short_name_of_its_own():
+    """Every listed mistake of the course has a name (check shows it with the hint, and the class
+    report counts the mistake by it), unique within its exercise."""
+    from mha.exercises._core import NAME
+
+    for ex in EXERCISES.values():
+        names = [m.name for m in ex.mistakes]
+        assert all(names), f"{ex.id}: a mistake without a name: give every Mistake name='...'"
+        assert len(set(names)) == len(names), f"{ex.id}: two mistakes share a name: {names}"
+        assert all(NAME.fullmatch(n) for n in names), f"{ex.id}: {names}"
+
+
+def test_check_shows_the_name_of_the_mistake_it_recognises(capsys):
+    ex = get("heads.single_head")
+    check(ex.id, ex.mistakes[0].wrong)
+    assert f"Hint ({ex.mistakes[0].name}): {ex.mistakes[0].hint}" in capsys.readouterr().out
+
+
+def test_a_not_implemented_error_from_torch_is_an_answer_not_a_stub(capsys):
+    """torch raises NotImplementedError for dtypes an operation lacks (a float mask & a bool
+    mask): the answer was written, and check says what was raised, with a hint; only the stub's
+    own raise counts as not attempted."""
+    def decoder_mask(lengths, max_len):
+        pos = torch.arange(max_len)
+        causal = torch.ones(max_len, max_len).tril()                  # float: torch.ones' default
+        real = pos[None, :] < lengths[:, None]
+        return (real[:, None, :] & causal[None])[:, None]
+
+    result = check("masking.decoder_mask", decoder_mask)
+    out = capsys.readouterr().out
+    assert result.attempted and "not attempted" not in out
+    assert "raised NotImplementedError" in out and "not implemented for 'Float'" in out
+    assert "must be torch.bool" in out or "make every mask torch.bool" in out
+
+    def causal_mask(q_len, k_len):
+        raise NotImplementedError("Write your solution here, then run the check cell below.")
+
+    assert not check("masking.causal_mask", causal_mask).attempted
+
+
+def test_a_forbidden_function_imported_by_name_is_flagged_by_check_as_by_the_grader(capsys):
+    namespace = {}
+    exec("from torch.nn.attention.bias import causal_lower_right\n"
+         "def causal_mask(q_len, k_len):\n"
+         "    return causal_lower_right(q_len, k_len)._materialize()\n", namespace)
+    result = check("masking.causal_mask", namespace["causal_mask"])
+    assert result.score == 0 and "causal_lower_right" in capsys.readouterr().out
+
+
+def test_a_raise_case_that_waits_for_the_values_is_marked_pending_not_failed(capsys):
+    check("dims.shapes", lambda B, T, C, h: (_ for _ in ()).throw(ValueError(f"embed_dim={C}, num_heads={h}")))
+    out = capsys.readouterr().out
+    assert "[ -- ]" in out and "raises ValueError as asked" in out
+
+
+def test_an_error_message_may_give_the_values_instead_of_the_names(capsys):
+    ref = get("dims.shapes").reference
+
+    def shapes(batch, seq_len, embed_dim, num_heads):
+        if embed_dim % num_heads:
+            raise ValueError(f"C={embed_dim} is not divisible by h={num_heads}")
+        return ref(batch, seq_len, embed_dim, num_heads)
+
+    assert check("dims.shapes", shapes).ok
+
+
+@pytest.mark.parametrize("exercise_id", [i for i in IDS if get(i).prediction])
+def test_a_prediction_is_judged_within_its_stated_tolerance(exercise_id, capsys):
+    ex = get(exercise_id)
+    right = float(ex.reference())
+    inside = right * (1 + 0.9 * ex.tolerance) if ex.tolerance else right
+    outside = right * (1 + 1.5 * ex.tolerance) if ex.tolerance else right + 1
+    assert check(exercise_id, lambda: inside).ok
+    assert not check(exercise_id, lambda: outside).ok
+    assert "too high" in capsys.readouterr().out
+
+
+def test_every_part_of_the_course_has_a_prediction():
+    parts = {"I": range(1, 6), "II": range(6, 9), "III": range(9, 13), "IV": range(13, 14), "V": range(14, 15)}
+    lessons = {int(ex.lesson[:2]) for ex in EXERCISES.values() if ex.prediction}
+    for part, numbers in parts.items():
+        assert lessons & set(numbers), f"part {part} (lessons {list(numbers)}) has no prediction exercise"

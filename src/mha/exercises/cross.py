@@ -30,7 +30,7 @@ def cross_attention_shapes(batch: int, tgt_len: int, src_len: int, embed_dim: in
 
 
 def _shapes_wrong(*, head_from_kdim=False, scores_swapped=False, out_from_source=False,
-                  kv_from_target=False, proj_transposed=False):
+                  kv_from_target=False, proj_transposed=False, out_kdim=False):
     def wrong(B, Tq, Tk, C, kdim, h):
         right = cross_attention_shapes(B, Tq, Tk, C, kdim, h)
         if head_from_kdim:
@@ -44,6 +44,8 @@ def _shapes_wrong(*, head_from_kdim=False, scores_swapped=False, out_from_source
             right["scores"] = (B, h, Tq, Tq)
         if proj_transposed:
             right["k_proj"] = (kdim, C)
+        if out_kdim:
+            right["out"] = (B, Tq, kdim)
         return right
     return wrong
 
@@ -76,15 +78,20 @@ CROSS_SHAPES = Exercise(
     public_seed=701, dtypes=(),
     mistakes=(
         Mistake("the keys are projected from kdim to embed_dim before the split, so every head has "
-                "width embed_dim // num_heads, for the keys and values too", _shapes_wrong(head_from_kdim=True)),
+                "width embed_dim // num_heads, for the keys and values too", _shapes_wrong(head_from_kdim=True),
+                name="heads-from-kdim"),
         Mistake("the scores have one row per query (target position) and one column per key "
-                "(source position): (batch, h, tgt_len, src_len)", _shapes_wrong(scores_swapped=True)),
+                "(source position): (batch, h, tgt_len, src_len)", _shapes_wrong(scores_swapped=True),
+                name="scores-swapped"),
         Mistake("the output has one vector per query: its length is the target's, not the source's",
-                _shapes_wrong(out_from_source=True)),
+                _shapes_wrong(out_from_source=True), name="out-source-length"),
         Mistake("in cross-attention the keys and values come from the encoder, so they have the "
-                "source's length", _shapes_wrong(kv_from_target=True)),
+                "source's length", _shapes_wrong(kv_from_target=True), name="kv-target-length"),
         Mistake("nn.Linear stores its weight as (out_features, in_features): the key projection maps "
-                "kdim features to embed_dim, so its weight is (embed_dim, kdim)", _shapes_wrong(proj_transposed=True)),
+                "kdim features to embed_dim, so its weight is (embed_dim, kdim)", _shapes_wrong(proj_transposed=True),
+                name="k-proj-transposed"),
+        Mistake("the output is as wide as the decoder, embed_dim: W_O maps the merged heads back to the "
+                "decoder's width, whatever kdim is", _shapes_wrong(out_kdim=True), name="out-kdim-wide"),
     ),
     forbidden=("mha",),
 )
