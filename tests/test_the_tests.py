@@ -254,6 +254,33 @@ def test_every_held_out_wrong_answer_and_shortcut_loses_points_on_every_draw(exe
     assert not failures, report(failures, total, f"(wrong answer, draw) pairs of {exercise_id} get full marks")
 
 
+BARE = re.compile(r"(wrong values?|the result contains NaN|the prediction is off \(it must be right [^)]*\))")
+
+
+def test_nearly_every_held_out_wrong_answer_gets_a_hint():
+    """A wrong answer is told more than "wrong values": a listed mistake's hint, the exercise's own
+    diagnosis, or what its value has in common with the right one. At most 10% of the held-out
+    wrong answers, graded on the public checks and one hidden draw, fail with nothing more."""
+    from mha.exercises.feedback import _forbidden_in
+
+    bare, total = [], 0
+    for exercise_id, fns in WRONG.items():
+        ex = get(exercise_id)
+        if ex.kernel:
+            pytest.importorskip("mha.kernels")
+        cases = ex.public_cases() + ex.hidden_cases(SEEDS[0])
+        for fn in fns:
+            if _forbidden_in(fn, ex):
+                continue
+            verdicts = settle(cases, [ex.judge(c, graded_call(ex, fn, c), reveal=False) for c in cases])
+            failed = [v.neutral.split(": ")[-1] if v.neutral.startswith("item ") else v.neutral
+                      for v in verdicts if not v.passed]
+            total += 1
+            if failed and all(BARE.fullmatch(m) for m in failed):
+                bare.append(f"{exercise_id} {fn.__name__}: {failed[0]}")
+    assert total and len(bare) <= 0.1 * total, report(bare, total, "held-out wrong answers get no hint")
+
+
 # ----------------------------------------------------------------------------- check = grader
 
 def _grader_in_process(ex, fn, cases, tmp_path):

@@ -225,3 +225,34 @@ WRONG = {
 FORBIDDEN = {
     "cost.loglog_slope": [loglog_slope_forbidden_lstsq, loglog_slope_forbidden_polyfit],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def cross_flops_wrong_kv_projected_once(batch, tgt_len, src_len, embed_dim, num_heads):
+    """K and V counted as one fused C x 2C product, then only once."""
+    B, T, S, C = batch, tgt_len, src_len, embed_dim
+    return 4 * B * T * C * C + 2 * B * S * C * C + 4 * B * T * S * C
+
+
+def crossover_wrong_heads_for_kv(embed_dim, num_heads, num_kv_heads):
+    """num_kv_heads * C // num_heads counted for K and V together, with the 2C of Q and O halved."""
+    return embed_dim // 2 + num_kv_heads * (embed_dim // num_heads)
+
+
+def backward_wrong_core_twice_forward(batch, seq_len, embed_dim, num_heads, input_grad):
+    """Everything twice the forward: 2 (8 B T C^2 + 4 B T^2 C)."""
+    return 2 * (8 * batch * seq_len * embed_dim ** 2 + 4 * batch * seq_len ** 2 * embed_dim)
+
+
+def loglog_slope_wrong_no_centering_y(x, y):
+    """The covariance divided by n once more than the variance."""
+    u, v = x.log(), y.log()
+    du = u - u.mean()
+    return (du * v).sum() / (du * du).sum() / len(x)
+
+
+WRONG["cost.cross_layer_flops"] += [cross_flops_wrong_kv_projected_once]
+WRONG["cost.crossover_length"] += [crossover_wrong_heads_for_kv]
+WRONG["cost.backward_flops"] += [backward_wrong_core_twice_forward]
+WRONG["cost.loglog_slope"] += [loglog_slope_wrong_no_centering_y]

@@ -189,3 +189,33 @@ WRONG = {
     "cross.alignment_accuracy": [alignment_wrong_probability_mass, alignment_wrong_first_sequence, alignment_wrong_int,
                                  alignment_wrong_float32, alignment_wrong_keys_masked],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def shapes_wrong_scores_from_kdim(batch, tgt_len, src_len, embed_dim, kdim, num_heads):
+    """Scores over kdim // h features instead of the sources."""
+    right = shapes_by_hand(batch, tgt_len, src_len, embed_dim, kdim, num_heads)
+    return {**right, "scores": (batch, num_heads, tgt_len, tgt_len)}
+
+
+def mask_wrong_decoder_with_source_padding(role, src_lengths, tgt_lengths, src_len, tgt_len):
+    """The decoder's padding taken from src_lengths."""
+    if role == "decoder":
+        pos = torch.arange(tgt_len)
+        real = pos[None, :] < src_lengths[:, None]
+        return ((pos[None, :] <= pos[:, None])[None] & real[:, None, :])[:, None]
+    return mask_with_loops(role, src_lengths, tgt_lengths, src_len, tgt_len)
+
+
+def alignment_wrong_real_keys_masked_out(weights, ideal, tgt_lengths):
+    """Pads the weights' KEY axis by tgt_lengths before the argmax, and counts every query."""
+    Tk = weights.shape[-1]
+    hidden = torch.arange(Tk)[None, :] >= tgt_lengths[:, None]
+    best = weights.masked_fill(hidden[:, None, None, :], -1.0).argmax(dim=-1)
+    return (best == ideal).to(weights.dtype).mean(dim=(0, 2))
+
+
+WRONG["cross.cross_attention_shapes"] += [shapes_wrong_scores_from_kdim]
+WRONG["cross.mask_for_role"] += [mask_wrong_decoder_with_source_padding]
+WRONG["cross.alignment_accuracy"] += [alignment_wrong_real_keys_masked_out]

@@ -281,3 +281,34 @@ WRONG = {
 FORBIDDEN = {
     "decode.decode_step": [step_forbidden_bias],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def pool_wrong_max_of_group(w, num_heads, num_kv_heads):
+    """The largest weight of the group instead of the mean."""
+    if num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}")
+    out, C = w.shape
+    d = out // num_heads
+    return w.view(num_kv_heads, num_heads // num_kv_heads, d, C).amax(dim=1).reshape(num_kv_heads * d, C)
+
+
+def rope_wrong_positions_from_one(x, positions, base):
+    """Positions counted from 1."""
+    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    a = (positions.to(x.dtype) + 1)[:, None] * theta
+    x1, x2 = x[:, 0::2], x[:, 1::2]
+    return torch.stack((x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()), dim=-1).flatten(1)
+
+
+def mla_context_wrong_latent_only_per_head(memory_bytes, layers, num_heads, head_dim, kv_latent_dim, rope_dim,
+                                           batch, bytes_per_element):
+    """The RoPE key counted per head and the latent once, and the batch forgotten."""
+    return memory_bytes // (layers * (kv_latent_dim + num_heads * rope_dim) * bytes_per_element)
+
+
+WRONG["decode.gqa_from_mha"] += [pool_wrong_max_of_group]
+WRONG["decode.rope_rotate"] += [rope_wrong_positions_from_one]
+WRONG["decode.mla_max_context"] += [mla_context_wrong_latent_only_per_head]

@@ -159,3 +159,30 @@ WRONG = {
                     shapes_wrong_assert],
     "dims.weights_mib": [weights_mib_wrong_batch_of_eight, weights_mib_wrong_gigabytes],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def split_heads_wrong_permute_order(x, num_heads):
+    """(B, T, h, d) permuted to (B, h, d, T): the last two axes swapped."""
+    B, T, C = x.shape
+    return x.view(B, T, num_heads, C // num_heads).permute(0, 2, 3, 1)
+
+
+def hib_wrong_time_last(x, num_heads):
+    """(T, B, C) -> (B * h, d, T)."""
+    T, B, C = x.shape
+    d = C // num_heads
+    return x.reshape(T, B * num_heads, d).permute(1, 2, 0)
+
+
+def shapes_wrong_merged_heads_first(batch, seq_len, embed_dim, num_heads):
+    if embed_dim % num_heads:
+        raise ValueError(f"embed_dim={embed_dim} not divisible by num_heads={num_heads}")
+    B, T, C, h = batch, seq_len, embed_dim, num_heads
+    return {"qkv": (B, T, 3 * C), "q_heads": (B, h, T, C // h), "scores": (B, h, T, T), "merged": (B, h, T * C // h)}
+
+
+WRONG["dims.split_heads"] += [split_heads_wrong_permute_order]
+WRONG["dims.heads_into_batch"] += [hib_wrong_time_last]
+WRONG["dims.shapes"] += [shapes_wrong_merged_heads_first]

@@ -144,3 +144,27 @@ WRONG = {
                                 cross_gqa_params_wrong_float, cross_gqa_params_wrong_one_bias_vector],
     "params.max_kv_heads": [max_kv_heads_wrong_power_of_two, max_kv_heads_wrong_at_least_one, max_kv_heads_wrong_gib],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def mha_params_wrong_bias_once(embed_dim, num_heads, bias):
+    """One bias vector for the whole layer."""
+    return 4 * embed_dim * embed_dim + (embed_dim if bias else 0)
+
+
+def cross_gqa_params_wrong_kdim_everywhere_out(embed_dim, num_heads, num_kv_heads, kdim, bias):
+    """K and V keep the encoder's width kdim for input and output."""
+    return 2 * embed_dim * embed_dim + 2 * kdim * kdim + ((2 * embed_dim + 2 * kdim) if bias else 0)
+
+
+def max_kv_heads_wrong_bits(memory_bytes, layers, num_heads, head_dim, seq_len, batch, bytes_per_element):
+    """Bytes counted as bits (8 per byte)."""
+    unit = 2 * layers * head_dim * seq_len * batch * bytes_per_element * 8
+    fits = [g for g in range(1, num_heads + 1) if num_heads % g == 0 and g * unit <= memory_bytes]
+    return max(fits, default=0)
+
+
+WRONG["params.mha_params"] += [mha_params_wrong_bias_once]
+WRONG["params.cross_gqa_params"] += [cross_gqa_params_wrong_kdim_everywhere_out]
+WRONG["params.max_kv_heads"] += [max_kv_heads_wrong_bits]

@@ -353,17 +353,22 @@ def value_diagnosis(answer: str, expected: Value, got: Value) -> str | None:
     in another order, a mask that is wrong only on a diagonal... Words only: it is shown for
     hidden checks too, so it never quotes a value."""
     try:
-        if answer == "tensors" and got.kind in ("tuple", "list") and got.length == len(expected.data):
-            for k, (want, have) in enumerate(zip(expected.data, got.data)):
-                if not _compare_tensor(want, have)[0]:
-                    found = _tensor_diagnosis(want, have)
-                    return f"in item {k} of the tuple, {found}" if found else None
-        if answer == "tensor":
-            return _tensor_diagnosis(expected, got)
-        if answer == "int" and got.kind == "int":
-            return _int_diagnosis(int(expected.data), int(got.data))
+        with np.errstate(all="ignore"):
+            return _value_diagnosis(answer, expected, got)
     except Exception:  # a diagnosis must never break grading
         return None
+
+
+def _value_diagnosis(answer: str, expected: Value, got: Value) -> str | None:
+    if answer == "tensors" and got.kind in ("tuple", "list") and got.length == len(expected.data):
+        for k, (want, have) in enumerate(zip(expected.data, got.data)):
+            if not _compare_tensor(want, have)[0]:
+                found = _tensor_diagnosis(want, have)
+                return f"in item {k} of the tuple, {found}" if found else None
+    if answer == "tensor":
+        return _tensor_diagnosis(expected, got)
+    if answer == "int" and got.kind == "int":
+        return _int_diagnosis(int(expected.data), int(got.data))
     return None
 
 
@@ -375,7 +380,27 @@ def _int_diagnosis(want: int, have: int) -> str | None:
                     "values, the layers, the heads, the batch, the bytes per element...) is missing or counted twice")
     if abs(want - have) == 1:
         return "off by one: check where a range starts or stops (< or <=, a + 1 or - 1)"
-    return None
+    if want > 0 and have > 0:
+        r = have / want
+        if 0.9 < r < 1.1:
+            return (f"the count is a little too {'high' if r > 1 else 'low'} (by less than 10%): a small term "
+                    "(the biases, a last partial block, a rounding) is counted wrongly")
+        if any(abs(r * k - round(r * k)) < 1e-9 for k in (2, 3, 4)):
+            return ("the count is off by a simple fraction (such as 3/4 or 3/2): one part of it (a projection, a "
+                    "product, a term of the sum) is missing or counted twice")
+    return _direction(have - want, have / want if want else None)
+
+
+def _direction(error: float, ratio: float | None) -> str | None:
+    """Which way a single number is off, and roughly by how much."""
+    if error == 0 or error != error:
+        return None
+    way = "too large" if error > 0 else "too small"
+    if ratio is None or ratio <= 0:
+        return f"the number is {way}, and its sign is not the right one"
+    size = max(ratio, 1 / ratio)
+    band = "by less than a factor of 2" if size < 2 else "by a factor of 2 to 10" if size <= 10 else "by more than a factor of 10"
+    return f"the number is {way}, {band}: a term or a factor of it is missing, extra or the wrong one"
 
 
 def _tensor_diagnosis(expected: Value, got: Value) -> str | None:
@@ -398,6 +423,8 @@ def _tensor_diagnosis(expected: Value, got: Value) -> str | None:
     if e.ndim >= 2 and e.shape[-1] == e.shape[-2] and close(np.swapaxes(g64, -1, -2), e64):
         return "these are the right values transposed: the last two axes are swapped"
     big = finite & (np.abs(e64) > 10 * atol)
+    if big.any() and close(-g64, e64):
+        return "every value has the right size and the wrong sign: a sign, or the order of a subtraction, is flipped"
     if big.sum() >= 2:
         ratio = g64[big] / e64[big]
         r = float(np.median(ratio))
@@ -407,12 +434,69 @@ def _tensor_diagnosis(expected: Value, got: Value) -> str | None:
         shift = float(np.median((g64 - e64)[finite]))
         if abs(shift) > 10 * atol and close(g64 - shift, e64):
             return "every value is off by the same amount: a constant is added or left out"
+    if e.ndim >= 2 and e.shape[-1] >= 2 and _per_row_factor(e64, g64, close):
+        return ("each row is the right one times a factor of its own: a per-row normalisation (a sum, a max, a "
+                "count of what the row sees) is taken wrongly")
+    sums = np.nansum(e64, axis=-1)
+    if e.ndim >= 1 and e.shape[-1] >= 2 and np.all((np.abs(sums - 1) < 1e-3) | (np.abs(sums) < 1e-6)) \
+            and sums.max() > 0.5 and not np.allclose(np.nansum(g64, axis=-1), sums, rtol=1e-3, atol=1e-3):
+        return ("these rows should each sum to 1, like weights (0 for a row with nothing to attend to), and "
+                "they do not: a normalisation over the wrong axis, or a term missing from it")
     for axis in range(e.ndim):
         if e.shape[axis] > 1 and _reordered(e64, g64, axis, close):
             return (f"whole slices along dimension {axis} hold the right values in the wrong places: an index, "
                     "the order of heads or of a split, or a layout is off")
     if e.size > 1 and close(np.sort(g64, axis=None), np.sort(e64, axis=None)):
         return "the right values in the wrong places: a reshape, view or transpose moved entries across axes"
+    if e.size == 1:
+        want, have = float(e64.reshape(-1)[0]), float(g64.reshape(-1)[0])
+        return _direction(have - want, have / want if want else None)
+    found = _partly_right(e64, g64, close)
+    if found:
+        return found
+    wrong = ~np.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True) & finite
+    if wrong.any():
+        if (g64[wrong] > e64[wrong]).all():
+            return "every wrong value is too large: something is added, or counted, that should not be"
+        if (g64[wrong] < e64[wrong]).all():
+            return "every wrong value is too small: something is left out, or divided by too much"
+    return None
+
+
+def _per_row_factor(e, g, close) -> bool:
+    """Whether each row (last axis) of ``g`` is the same row of ``e`` times its own factor, the
+    factors not all equal."""
+    e2, g2 = e.reshape(-1, e.shape[-1]), g.reshape(-1, g.shape[-1])
+    factors = []
+    for er, gr in zip(e2, g2):
+        big = np.isfinite(er) & np.isfinite(gr) & (np.abs(er) > 1e-6)
+        if not big.any():
+            if not close(gr, er):
+                return False
+            continue
+        f = float(np.median(gr[big] / er[big]))
+        if not close(gr, f * er):
+            return False
+        factors.append(f)
+    return len(factors) >= 2 and not np.allclose(factors, factors[0], rtol=1e-3)
+
+
+def _partly_right(e, g, close) -> str | None:
+    """Which slices are right: along the first axis where some whole slices are right and others
+    are not."""
+    for axis in range(e.ndim):
+        n = e.shape[axis]
+        if n < 2:
+            continue
+        right = [close(np.take(g, i, axis=axis), np.take(e, i, axis=axis)) for i in range(n)]
+        if any(right) and not all(right):
+            k = right.index(False)
+            if all(right[:k]) and not any(right[k:]):
+                return (f"along dimension {axis} the first slices are right and the later ones wrong: something "
+                        "goes wrong as the computation moves along it (a running value not updated, an offset, a "
+                        "later block)")
+            return (f"along dimension {axis} some slices are right and others wrong: look at what tells them "
+                    "apart (a mask, a length, padding, a head or a block)")
     return None
 
 
@@ -595,8 +679,9 @@ def compare(answer: str, expected: Value, got: Value, tolerance: float = 0.0) ->
 
 
 def _compare_number(expected: Value, got: Value, tolerance: float) -> tuple[bool, str, str]:
-    """A prediction: a Python number within ``tolerance`` (relative) of the expected one. The
-    detail says only which way it is off: the page measures the number right after."""
+    """A prediction: a Python number within ``tolerance`` (relative) of the expected one. A wrong
+    one is told which way it is off and by how much, roughly (the page measures the number right
+    after; the check does not quote it)."""
     if got.kind not in ("int", "float"):
         if got.kind == "tensor":
             return False, "returned a tensor; return a Python number (float(...) converts it)", ""
@@ -607,7 +692,14 @@ def _compare_number(expected: Value, got: Value, tolerance: float) -> tuple[bool
     if abs(have - want) <= tolerance * abs(want):
         return True, "", ""
     within = f"within {tolerance:.0%}" if tolerance else "exactly"
-    return False, f"the prediction is off (it must be right {within})", "too high" if have > want else "too low"
+    direction = "too high" if have > want else "too low"
+    if want == 0 or have == 0 or (have > 0) != (want > 0):
+        size = ""
+    else:
+        ratio = max(have / want, want / have)
+        size = (", by less than a factor of 2" if ratio < 2 else ", by a factor of 2 to 10" if ratio <= 10
+                else ", by more than a factor of 10")
+    return False, f"the prediction is {direction}{size} (it must be right {within})", ""
 
 
 def _compare_tensor(expected: Value, got: Value) -> tuple[bool, str, str]:

@@ -78,6 +78,9 @@ CROSS_FLOPS = Exercise(
         Mistake("that is the count of self-attention over the target: here the keys and values come from "
                 "the S source positions, so the scores are T x S, not T x T",
                 lambda B, T, S, C, h: 8 * B * T * C * C + 4 * B * T * T * C, name="self-attention"),
+        Mistake("the score matrix of a head is T x S, one row per target position and one column per source "
+                "position, not T x T", lambda B, T, S, C, h: 4 * B * (T + S) * C * C + 4 * B * T * T * C,
+                name="square-scores"),
         Mistake("every sequence of the batch has its own T x S scores: the products cost 2 B T S C each, "
                 "B included", lambda *a: _cross_flops(*a, core_batch=1), name="scores-without-batch"),
     ),
@@ -286,6 +289,11 @@ SLOPE = Exercise(
                 "of the exponent once the points are noisy", _swapped_fit, name="swapped-axes"),
         Mistake("one least-squares fit through all the points, not the mean of the slopes between neighbours "
                 "(which gives the noisy pairs too much say)", _mean_of_local_slopes, name="mean-of-local-slopes"),
+        Mistake("use the same logarithm on both axes: the base-10 log of x against the natural log of y "
+                "multiplies the slope by ln(10)", lambda x, y: loglog_slope(x, y) * math.log(10),
+                name="mixed-logarithms-x"),
+        Mistake("that is the slope of log x against log y, about 1 / p: fit log y against log x, whose slope "
+                "is the exponent p", lambda x, y: 1 / _swapped_fit(x, y), name="axes-swapped"),
     ),
     forbidden=NO_FIT,
 )

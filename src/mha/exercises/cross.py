@@ -344,6 +344,12 @@ def _align_wrong(kind):
         best = w.argmax(dim=-2 if kind == "over-queries" else -1)
         hits = best == ideal                                                   # (B, h, Tq)
         real = torch.arange(Tq)[None, :] < (lengths + (1 if kind == "inclusive" else 0))[:, None]
+        if kind == "mass":                                                     # mean weight on the ideal key
+            on_ideal = w[:, :, torch.arange(Tq), ideal]                            # (B, h, Tq)
+            return (on_ideal * real[:, None, :]).sum(dim=(0, 2)) / real.sum().to(w.dtype)
+        if kind == "first-sequence":
+            n = int(lengths[0])
+            return (best[0, :, :n] == ideal[:n]).to(w.dtype).mean(dim=-1)
         if kind == "all-queries":                                              # the page's hits
             return hits.to(w.dtype).mean(dim=(0, 2))
         counted = (hits & real[:, None, :]).to(w.dtype)
@@ -381,6 +387,11 @@ ALIGNMENT = Exercise(
                 _align_wrong("one-number"), name="heads-pooled"),
         Mistake("return a fraction between 0 and 1: divide the number of hits by the number of real "
                 "(sequence, query) pairs", _align_wrong("count"), name="count-not-fraction"),
+        Mistake("score the ARGMAX: a hit is a query whose largest weight sits on key ideal[i], whatever that "
+                "weight is; the mean weight on the ideal key is another measure", _align_wrong("mass"),
+                name="weight-not-argmax"),
+        Mistake("pool every sequence of the batch, not only the first one", _align_wrong("first-sequence"),
+                name="first-sequence-only"),
     ),
     forbidden=("mha",),
 )

@@ -116,6 +116,9 @@ GQA_KV_GRAD = Exercise(
                 "(j + 1) * (h // g) - 1, not of every query head",
                 lambda gk, groups: gk.sum(dim=1, keepdim=True).expand(-1, groups, -1, -1).clone(),
                 name="sum-of-all-heads"),
+        Mistake("add the gradients of every copy of a key head, not the last copy's times the number of copies: "
+                "each copy meets different queries", lambda gk, groups: gk[:, gk.shape[1] // groups - 1::gk.shape[1] // groups]
+                * (gk.shape[1] // groups), name="one-copy-times-copies"),
     ),
     forbidden=NO_AUTOGRAD,
 )

@@ -57,6 +57,10 @@ def _kc_wrong(kind):
     def wrong(w_q, w_k, w_v, w_o):
         qk = w_q @ w_k.transpose(-2, -1)
         ov = w_v @ w_o
+        if kind == "v-composition":
+            m = ov[:, None] @ qk[None].transpose(-2, -1) @ ov[:, None]
+            return torch.linalg.matrix_norm(m) / (torch.linalg.matrix_norm(ov)[:, None] ** 2
+                                                  * torch.linalg.matrix_norm(qk)[None, :])
         if kind == "cosine":
             a, b = ov.flatten(1), qk.flatten(1)
             return (a / a.norm(dim=1, keepdim=True)) @ (b / b.norm(dim=1, keepdim=True)).T
@@ -108,6 +112,9 @@ K_COMPOSITION = Exercise(
         Mistake("compose the two matrices, M = W_QK W_OV^T, then take its norm: the cosine between W_QK and "
                 "W_OV flattened asks whether they are alike, not whether one feeds the other",
                 _kc_wrong("cosine"), name="cosine-of-weights"),
+        Mistake("that is V-composition, head a writing into what head b's VALUES read (W_OV^a W_OV^b); "
+                "K-composition goes through the keys: M = W_QK W_OV^T", _kc_wrong("v-composition"),
+                name="v-composition"),
     ),
     forbidden=NO_MHA,
 )
@@ -292,6 +299,8 @@ MEAN_ABLATE = Exercise(
                 name="mean-per-position"),
         Mistake("replace the head's output by its mean and keep it: zeroing the head's rows of W_O and adding "
                 "nothing back is zero-ablation", _rows_zeroed, name="rows-zeroed"),
+        Mistake("average over the whole batch, not over the first sequence's positions only",
+                lambda o, w, head: _ablate(o, w, head, lambda o: o[0, head].mean(dim=0)), name="first-sequence-mean"),
     ),
     forbidden=NO_MHA,
 )

@@ -107,6 +107,18 @@ def _softmax_base_two(x):
     return (e / torch.where(total == 0, torch.ones_like(total), total)).to(x.dtype)
 
 
+def _softmax_64_lanes(x):
+    """A block of 64 lanes whatever C: the softmax of the first 64 columns, 0 past them."""
+    out = torch.zeros_like(x)
+    out[:, :64] = row_softmax(x[:, :64])
+    return out
+
+
+def _softmax_down_columns(x):
+    """The softmax of each column over the rows (the cases fit in one tile of rows)."""
+    return row_softmax(x.T.contiguous()).T.contiguous()
+
+
 def _softmax_shared_max(x):
     """Every row shifted by the largest score of all the rows (the cases have at most 2 rows,
     one tile); a row whose exponentials all underflow returns zeros."""
@@ -148,7 +160,8 @@ def _softmax_public(g):
     # score (a mask one lane too wide) then differs from a lane that reads a padded 0
     return [Case((torch.tensor([[1.0, 2.0, 3.0], [0.5, NEG_INF, 0.0]]),), note="3 columns, one masked entry"),
             _softmax_case(g, 20, last="masked", note="row 0 near +-1000, row 1 all -inf"),
-            _softmax_case(g, 37, torch.float16, note="float16, 37 columns")]
+            _softmax_case(g, 37, torch.float16, note="float16, 37 columns"),
+            _softmax_case(g, 100, note="100 columns: wider than a block of 64 lanes")]
 
 
 def _softmax_hidden(g):
@@ -175,6 +188,10 @@ ROW_SOFTMAX = Exercise(
                 name="exp2-without-log2e"),
         Mistake("one max per row (tl.max(x, axis=1) for a tile of rows): a max shared by all the rows of a "
                 "tile makes a row far below it underflow to 0", _softmax_shared_max, name="one-max-per-tile"),
+        Mistake("a block of lanes must cover the whole row: BLOCK = triton.next_power_of_2(C); a fixed block of "
+                "64 lanes never reads (or writes) the columns past 64", _softmax_64_lanes, name="fixed-64-lanes"),
+        Mistake("reduce each row over its columns (axis=1 of a (ROWS, COLS) tile); axis=0 runs down the "
+                "tile's rows, a softmax over the rows of each column", _softmax_down_columns, name="down-columns"),
     ),
     # dtypes=(): each case keeps the dtype it is drawn in (float32 and float16 cases); the
     # interpreter's time per kernel launch makes casting every case to every dtype costly.
@@ -339,6 +356,20 @@ def _fix_scaled(q, k, v, is_causal, scale):
     return fixed_attention(q * (scale * math.sqrt(q.shape[1])), k, v, is_causal)
 
 
+def _fix_first_keys(q, k, v, is_causal, n):
+    """Attention over the first n keys only, with the causal mask of the full lengths."""
+    Tq, Tk = q.shape[0], k.shape[0]
+    if Tk <= n:
+        return fixed_attention(q, k, v, is_causal)
+    s = (q.float() @ k.float()[:n].T) / math.sqrt(q.shape[-1])
+    if is_causal:
+        s = s.masked_fill(torch.arange(n)[None, :] > torch.arange(Tq)[:, None] + Tk - Tq, NEG_INF)
+    top = s.amax(dim=-1, keepdim=True)
+    p = torch.exp(s - torch.where(torch.isneginf(top), torch.zeros_like(top), top))
+    total = p.sum(dim=-1, keepdim=True)
+    return (p @ v.float()[:n] / torch.where(total == 0, torch.ones_like(total), total)).to(q.dtype)
+
+
 def _fix_top_left_only_left(q, k, v, is_causal):
     return _attention_with(q, k, v, is_causal, shift=0)
 
@@ -417,6 +448,8 @@ FIXED_ATTENTION = Exercise(
                 _fix_no_rescale, name="no-rescale"),
         Mistake("the scores are q k^T / sqrt(d): scale by 1 / sqrt(d), not 1 / d",
                 lambda q, k, v, c: _fix_scaled(q, k, v, c, 1.0 / q.shape[1]), name="scale-by-d"),
+        Mistake("loop over every key block: one tile of the first 32 keys leaves the keys from 32 on out",
+                lambda q, k, v, c: _fix_first_keys(q, k, v, c, 32), name="one-tile-of-32-keys"),
     ),
     # The page's kernel as given is not a listed mistake: not causal, its answer is that of
     # "keys past Tk", and causal with Tq < Tk, that of "top-left", whose hints it then gets

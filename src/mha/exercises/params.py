@@ -118,6 +118,9 @@ CROSS_GQA_PARAMS = Exercise(
                 lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_bias=k), name="kv-bias-input-width"),
         Mistake("the K and V biases are as wide as their outputs, num_kv_heads * d_h each, not embed_dim",
                 lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_bias=C), name="kv-bias-embed-dim"),
+        Mistake("each projection has its own bias, one entry per output feature: C + 2 * num_kv_heads * d_h + C "
+                "in all, not one vector of C for the layer",
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, bias=False) + (C if b else 0), name="one-bias-vector"),
     ),
     forbidden=("mha",), dtypes=(),
 )
