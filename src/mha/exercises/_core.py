@@ -604,6 +604,35 @@ def _read_trace(entries) -> tuple[Op, ...]:
 PENDING = "counts once the function returns correct values"
 
 
+def separating(make: Callable[[], Case], ex: "Exercise", names: tuple[str, ...] | None = None,
+               tries: int = 20) -> Case:
+    """A case from ``make()`` on which each listed mistake of ``ex`` (those called ``names``, or
+    all) answers differently from the reference and from every other one with another hint, so
+    that it loses the check and shows its own hint there; redrawn up to ``tries`` times (the last
+    draw is kept if none separates them all)."""
+    chosen = [k for k, m in enumerate(ex.mistakes) if names is None or m.name in names]
+
+    def separates(case) -> bool:
+        try:
+            right, wrong = ex.expected(case), ex.mistake_values(case)
+        except Exception:
+            return False
+        for k in chosen:
+            if wrong[k] is None or compare(ex.answer, right, wrong[k], ex.tolerance)[0]:
+                return False
+            if any(j != k and ex.mistakes[j].hint != ex.mistakes[k].hint and wrong[j] is not None
+                   and compare(ex.answer, wrong[j], wrong[k], ex.tolerance)[0] for j in range(len(wrong))):
+                return False
+        return True
+
+    case = make()
+    for _ in range(tries - 1):
+        if separates(case):
+            return case
+        case = make()
+    return case
+
+
 def settle(cases: list[Case], verdicts: list[Verdict]) -> list[Verdict]:
     """The rule both judges apply to an exercise's verdicts once they are all in: raising
     the right error on bad input counts only for a function that also returns a correct
@@ -955,4 +984,4 @@ def _walk_facts(tree: ast.AST) -> list[tuple[str, str]]:
 
 
 __all__ = ["Case", "Mistake", "Outcome", "Verdict", "Exercise", "Op", "compare", "plain", "read_record",
-           "settle", "describe_args", "forbidden_uses", "MalformedResult"]
+           "settle", "separating", "describe_args", "forbidden_uses", "MalformedResult"]

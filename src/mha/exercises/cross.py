@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ._core import Case, Exercise, Mistake
+from ._core import Case, Exercise, Mistake, separating
 from .heads import _int, _randn
 
 
@@ -332,7 +332,10 @@ def _align_hidden(g):
     ideal = torch.randint(0, tk, (tq,), generator=g)
     ideal_t = torch.randint(0, T, (T,), generator=g)
     b2, b3 = _int(g, 2, 4), _int(g, 2, 4)
-    return [Case((_planted(g, B, h, T, T, _shift(T, s), torch.float32), _shift(T, s), _lengths(g, B, T))),
+    # the first case redrawn until every listed mistake answers differently from the others there
+    first = separating(lambda: Case((_planted(g, B, h, T, T, _shift(T, s), torch.float32), _shift(T, s),
+                                     _lengths(g, B, T))), ALIGNMENT)
+    return [first,
             Case((_planted(g, b2, _int(g, 1, 3), tq, tk, ideal, torch.float64), ideal, _lengths(g, b2, tq))),
             Case((_planted(g, b3, _int(g, 2, 3), T, T, ideal_t, torch.float32, sharp=2.0), ideal_t,
                   _lengths(g, b3, T)))]

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from ._core import Case, Exercise, Mistake
+from ._core import Case, Exercise, Mistake, separating
 from .heads import NO_MHA, _int, _randn
 from .onehead import NO_SOFTMAX
 
@@ -264,7 +264,10 @@ def _lse_public(g):
 
 def _lse_hidden(g):
     tk = _int(g, 5, 15)
-    return [_lse_case(g, _int(g, 3, 20), _int(g, 40, 70), bool(_int(g, 0, 1)), late_max=True),
+    causal = bool(_int(g, 0, 1))
+    first = separating(lambda: _lse_case(g, _int(g, 3, 20), _int(g, 40, 70), causal, late_max=True), ROW_LSE,
+                       names=("natural-log", "no-scale", "exp2-without-log2e", "no-rescale", "no-rescale-32"))
+    return [first,
             _lse_case(g, tk + _int(g, 1, 8), tk, True),
             _lse_case(g, _int(g, 10, 30), _int(g, 10, 40), False, d=32)]
 

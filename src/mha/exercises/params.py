@@ -3,7 +3,7 @@ heads a memory budget allows."""
 
 from __future__ import annotations
 
-from ._core import Case, Exercise, Mistake
+from ._core import Case, Exercise, Mistake, separating
 from .heads import _int
 
 
@@ -68,8 +68,7 @@ def _cross_gqa_hidden(g):
     # h = groups * per with 2 to 4 key/value heads shared by 2 to 4 query heads each, so that
     # g * d_h differs from C; kdim differs from C, from g * d_h, from h * g * d_h and from
     # C * h / g, so that every listed mistake changes the count, each differently.
-    cases = []
-    for b in (True, False, bool(_int(g, 0, 1))):
+    def draw(b):
         groups, per = _int(g, 2, 4), _int(g, 2, 4)
         h = groups * per
         d = _int(g, 2, 32)
@@ -77,8 +76,9 @@ def _cross_gqa_hidden(g):
         kdim = _int(g, 8, 4 * C)
         while kdim in (C, kv, h * kv, C * per, 2 * C - kv):
             kdim += 1
-        cases.append(Case((C, h, groups, kdim, b)))
-    return cases
+        return Case((C, h, groups, kdim, b))
+    # the first case redrawn until every listed mistake gives a count of its own there
+    return [separating(lambda: draw(True), CROSS_GQA_PARAMS), draw(False), draw(bool(_int(g, 0, 1)))]
 
 
 def _cross_gqa(C, h, g, kdim, b, *, kv_in=None, kv_out=None, q_in=None, o_small=False, kv_bias=None, bias=True):
