@@ -89,7 +89,7 @@ def test_reference_passes_public_and_hidden_checks(exercise_id, seed):
             assert not verdict.passed and verdict.message == NO_KERNEL, verdict.message
 
 
-@pytest.mark.parametrize("exercise_id", IDS)
+@pytest.mark.parametrize("exercise_id", [i for i in IDS if not get(i).prediction])
 def test_hidden_cases_change_with_the_seed_and_differ_from_public(exercise_id):
     ex = get(exercise_id)
 
@@ -147,7 +147,7 @@ def test_wrong_dtype_and_shape_are_named(capsys):
 
 
 def test_int_answers_must_be_ints(capsys):
-    check("params.gqa_params", lambda C, h, g, b: 2 * C * C + 2 * C * g * C / h)
+    check("params.cross_gqa_params", lambda C, h, g, k, b: 2 * C * C + 2 * k * g * C / h)
     assert "return an int" in capsys.readouterr().out
 
 
@@ -209,7 +209,7 @@ def test_masked_softmax_compares_float64_answers_at_float64_precision(capsys):
 
     case = Case((scores, mask), hidden=True)
     assert ex.judge(case, call_outcome(in_float64, case)).passed
-    in_float32 = ex.mistakes[-1].wrong
+    in_float32 = next(m.wrong for m in ex.mistakes if m.name == "float32-for-float64")
     verdict = ex.judge(case, call_outcome(in_float32, case))
     assert not verdict.passed and "promote_types" in verdict.message
 
@@ -238,11 +238,11 @@ def test_heads_into_batch_gets_a_non_contiguous_input_and_a_view_on_it_loses_poi
 
 
 def test_gqa_biases_of_width_c_lose_points_on_every_hidden_draw():
-    ex = get("params.gqa_params")
+    ex = get("params.cross_gqa_params")
 
-    def biases_4c(C, h, g, b):  # K and V biases of width C instead of g * d_h
+    def biases_4c(C, h, g, k, b):  # K and V biases of width C instead of g * d_h
         kv = g * (C // h)
-        return 2 * C * C + 2 * C * kv + (4 * C if b else 0)
+        return 2 * C * C + 2 * k * kv + (4 * C if b else 0)
 
     for seed in range(300):
         cases = ex.hidden_cases(seed)
@@ -376,16 +376,39 @@ def test_ordinary_attributes_named_modules_or_compile_are_not_dynamic_lookups():
         assert any("dynamic" in u for u in forbidden_uses(ast.parse(sneaky), banned)), sneaky
 
 
-def test_a_docstring_naming_a_forbidden_function_is_not_a_use():
+def test_a_message_naming_a_forbidden_function_is_not_a_use():
+    """Docstrings, what raise and assert say, prints and warnings mention functions without
+    using them; a string that names a forbidden function exactly, as a lookup by name would
+    need it, still counts."""
     import ast
 
     from mha.exercises._core import forbidden_uses
 
-    banned = ("torch.nn.functional.scaled_dot_product_attention",)
-    honest = 'def f(q, k):\n    """Like scaled_dot_product_attention, written out."""\n    return q @ k.T\n'
-    assert forbidden_uses(ast.parse(honest), banned) == []
-    hidden = 'def f(q, k):\n    """Doc."""\n    name = "scaled_dot_product_attention"\n    return q\n'
-    assert forbidden_uses(ast.parse(hidden), banned) == ["scaled_dot_product_attention (named in a string)"]
+    banned = ("torch.nn.functional.scaled_dot_product_attention", "torch.softmax", "torch.nn.attention")
+    honest = [
+        'def f(q, k):\n    """Like scaled_dot_product_attention, written out."""\n    return q @ k.T\n',
+        'def f(s):\n    assert s.is_floating_point(), "the softmax needs floats"\n    return s\n',
+        'def f(s):\n    if s.dim() < 2:\n        raise ValueError(f"an attention mask is 2-D, got {s.dim()}")\n    return s\n',
+        'def f(s):\n    print("softmax of", s.shape)\n    return s\n',
+        'import warnings\ndef f(s):\n    warnings.warn("not scaled_dot_product_attention")\n    return s\n',
+        'def f(s):\n    note = "this is a softmax written out with torch.exp"\n    return s\n',
+    ]
+    for source in honest:
+        assert forbidden_uses(ast.parse(source), banned) == [], source
+    lookups = {
+        'def f(q, k):\n    """Doc."""\n    name = "scaled_dot_product_attention"\n    return q\n':
+            "scaled_dot_product_attention",
+        'def f(s):\n    path = "torch.nn.functional.scaled_dot_product_attention"\n    return s\n':
+            "scaled_dot_product_attention",
+        'def f(s):\n    where = "torch.nn.attention"\n    return s\n': "attention",
+    }
+    for source, leaf in lookups.items():
+        found = forbidden_uses(ast.parse(source), banned)
+        assert found and found[0].startswith(f"{leaf} (a string that names it"), (source, found)
+    for sneaky in ('import operator\ndef f(m):\n    return operator.attrgetter("soft" + "max")(m)\n',
+                   'def f(m):\n    return m.__getattribute__("soft" + "max")\n',
+                   'from importlib import import_module\ndef f(s):\n    return import_module("tor" + "ch")\n'):
+        assert any("dynamic" in u for u in forbidden_uses(ast.parse(sneaky), banned)), sneaky
 
 
 # ----------------------------------------------------------------------------- the graded-function contract
@@ -438,10 +461,98 @@ def test_a_tensor_left_on_another_device_fails():
 def test_hidden_verdicts_say_nothing_of_the_inputs_values(capsys):
     """The neutral message (what the grader shows) carries no number of the case; the message
     check prints for a public case adds them."""
-    ex = get("cost.layer_flops")
+    ex = get("cost.cross_layer_flops")
     case = ex.hidden_cases(5)[0]
-    verdict = ex.judge(case, call_outcome(lambda B, T, C, h: 7, case))
-    assert verdict.neutral == verdict.message == "wrong value"
+    verdict = ex.judge(case, call_outcome(lambda B, T, S, C, h: 7, case))
+    assert verdict.neutral == verdict.message and verdict.message.startswith("wrong value")
+    numbers = {str(a) for a in case.args} | {f"{ex.reference(*case.args):,}", str(ex.reference(*case.args))}
+    assert not any(re.search(rf"\b{re.escape(n)}\b", verdict.message) for n in numbers), verdict.message
     public = ex.public_cases()[0]
-    shown = ex.judge(public, call_outcome(lambda B, T, C, h: 7, public))
-    assert shown.neutral == "wrong value" and shown.message.startswith("wrong value: expected")
+    shown = ex.judge(public, call_outcome(lambda B, T, S, C, h: 7, public))
+    assert shown.neutral.startswith("wrong value") and shown.message.startswith("wrong value: expected")
+
+
+# ----------------------------------------------------------------------------- names, raised errors, predictions
+
+def test_every_course_mistake_has_a_short_name_of_its_own():
+    """Every listed mistake of the course has a name (check shows it with the hint, and the class
+    report counts the mistake by it), unique within its exercise."""
+    from mha.exercises._core import NAME
+
+    for ex in EXERCISES.values():
+        names = [m.name for m in ex.mistakes]
+        assert all(names), f"{ex.id}: a mistake without a name: give every Mistake name='...'"
+        assert len(set(names)) == len(names), f"{ex.id}: two mistakes share a name: {names}"
+        assert all(NAME.fullmatch(n) for n in names), f"{ex.id}: {names}"
+
+
+def test_check_shows_the_name_of_the_mistake_it_recognises(capsys):
+    ex = get("heads.single_head")
+    check(ex.id, ex.mistakes[0].wrong)
+    assert f"Hint ({ex.mistakes[0].name}): {ex.mistakes[0].hint}" in capsys.readouterr().out
+
+
+def test_a_not_implemented_error_from_torch_is_an_answer_not_a_stub(capsys):
+    """torch raises NotImplementedError for dtypes an operation lacks (a float mask & a bool
+    mask): the answer was written, and check says what was raised, with a hint; only the stub's
+    own raise counts as not attempted."""
+    def decoder_mask(lengths, max_len):
+        pos = torch.arange(max_len)
+        causal = torch.ones(max_len, max_len).tril()                  # float: torch.ones' default
+        real = pos[None, :] < lengths[:, None]
+        return (real[:, None, :] & causal[None])[:, None]
+
+    result = check("masking.decoder_mask", decoder_mask)
+    out = capsys.readouterr().out
+    assert result.attempted and "not attempted" not in out
+    assert "raised NotImplementedError" in out and "not implemented for 'Float'" in out
+    assert "must be torch.bool" in out or "make every mask torch.bool" in out
+
+    def causal_mask(q_len, k_len):
+        raise NotImplementedError("Write your solution here, then run the check cell below.")
+
+    assert not check("masking.causal_mask", causal_mask).attempted
+
+
+def test_a_forbidden_function_imported_by_name_is_flagged_by_check_as_by_the_grader(capsys):
+    namespace = {}
+    exec("from torch.nn.attention.bias import causal_lower_right\n"
+         "def causal_mask(q_len, k_len):\n"
+         "    return causal_lower_right(q_len, k_len)._materialize()\n", namespace)
+    result = check("masking.causal_mask", namespace["causal_mask"])
+    assert result.score == 0 and "causal_lower_right" in capsys.readouterr().out
+
+
+def test_a_raise_case_that_waits_for_the_values_is_marked_pending_not_failed(capsys):
+    check("dims.shapes", lambda B, T, C, h: (_ for _ in ()).throw(ValueError(f"embed_dim={C}, num_heads={h}")))
+    out = capsys.readouterr().out
+    assert "[ -- ]" in out and "raises ValueError as asked" in out
+
+
+def test_an_error_message_may_give_the_values_instead_of_the_names(capsys):
+    ref = get("dims.shapes").reference
+
+    def shapes(batch, seq_len, embed_dim, num_heads):
+        if embed_dim % num_heads:
+            raise ValueError(f"C={embed_dim} is not divisible by h={num_heads}")
+        return ref(batch, seq_len, embed_dim, num_heads)
+
+    assert check("dims.shapes", shapes).ok
+
+
+@pytest.mark.parametrize("exercise_id", [i for i in IDS if get(i).prediction])
+def test_a_prediction_is_judged_within_its_stated_tolerance(exercise_id, capsys):
+    ex = get(exercise_id)
+    right = float(ex.reference())
+    inside = right * (1 + 0.9 * ex.tolerance) if ex.tolerance else right
+    outside = right * (1 + 1.5 * ex.tolerance) if ex.tolerance else right + 1
+    assert check(exercise_id, lambda: inside).ok
+    assert not check(exercise_id, lambda: outside).ok
+    assert "too high" in capsys.readouterr().out
+
+
+def test_every_part_of_the_course_has_a_prediction():
+    parts = {"I": range(1, 6), "II": range(6, 9), "III": range(9, 13), "IV": range(13, 14), "V": range(14, 15)}
+    lessons = {int(ex.lesson[:2]) for ex in EXERCISES.values() if ex.prediction}
+    for part, numbers in parts.items():
+        assert lessons & set(numbers), f"part {part} (lessons {list(numbers)}) has no prediction exercise"

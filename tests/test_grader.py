@@ -74,7 +74,7 @@ def heads_into_batch(x, num_heads):
 def max_kv_heads(memory_bytes, layers, num_heads, head_dim, seq_len, batch):
     return 0
 
-def gqa_params(embed_dim, num_heads, num_kv_heads, bias):
+def cross_gqa_params(embed_dim, num_heads, num_kv_heads, kdim, bias):
     return (4 * embed_dim ** 2) / 1.0
 '''
 
@@ -220,7 +220,7 @@ def test_partial_credit_per_check_with_clear_messages(graded):
     assert all(c.message == "raised IndexError" for c in e["dims.heads_into_batch"].checks)
     assert e["params.max_kv_heads"].status == "wrong signature"
     assert "expected the signature max_kv_heads(memory_bytes" in e["params.max_kv_heads"].message
-    assert any("return an int" in c.message for c in e["params.gqa_params"].checks)
+    assert any("return an int" in c.message for c in e["params.cross_gqa_params"].checks)
     assert e["masking.decoder_mask"].status == "missing"
     assert 0 < r.score < TOTAL
 

@@ -155,7 +155,7 @@ def test_a_launch_compiled_for_a_gpu_is_counted_and_a_warmup_is_not(monkeypatch)
 
 
 def test_a_kernel_exercise_judges_the_count():
-    ex = get("kernels.attention_delta")
+    ex = get("kernels.row_lse")
     case = ex.public_cases()[0]
     outcome = _calls.run_case(ex.model_answer(), list(case.args), plain=_plain, arrays={}, launches=True)
     assert outcome["launches"] >= 1

@@ -86,7 +86,7 @@ def test_the_worked_example_loads_and_check_knows_it(forget, capsys):
     exec(ANSWERS["bits"], ns)
     result = check(ID, ns["attention_entropy"])
     out = capsys.readouterr().out
-    assert result.passed == 0 and "Hint: that is the entropy in bits" in out
+    assert result.passed == 0 and "Hint (bits, not nats): that is the entropy in bits" in out
     exec(ANSWERS["correct"], ns)
     assert check(ID, ns["attention_entropy"]).ok
     assert load_exercises(EXAMPLE) and EXERCISES[ID] is not ex, "loading the file again replaces its exercises"
@@ -301,7 +301,7 @@ def test_the_student_version_holds_no_reference_and_check_uses_it_in_a_fresh_pro
         assert verdicts[name] == public, f"check and the grader disagree on {name}"
         if NAMED[name]:
             hint = next(m["hint"] for m in ex["mistakes"] if m["name"] == NAMED[name])
-            assert f"Hint: {hint}" in printed[name]
+            assert f"Hint ({NAMED[name]}): {hint}" in printed[name]
     assert "all 3 public checks pass" in printed["correct"]
 
 

@@ -207,10 +207,11 @@ def test_correct_answers_get_full_marks_on_every_draw_in_every_dtype(exercise_id
 
 @pytest.mark.parametrize("exercise_id", IDS)
 def test_every_mistake_loses_points_on_every_hidden_draw_with_its_hint(exercise_id):
+    """A prediction has nothing hidden: its mistakes are judged on its public check."""
     ex = get(exercise_id)
     failures = []
-    for seed in SEEDS:
-        cases = ex.hidden_cases(seed)
+    for seed in SEEDS[:1] if ex.prediction else SEEDS:
+        cases = ex.public_cases() if ex.prediction else ex.hidden_cases(seed)
         keys = [(None, None) if c.raises else (ex.expected(c), ex.mistake_values(c)) for c in cases]
         for k, m in enumerate(ex.mistakes):
             verdicts = [ex.judge(c, graded_call(ex, m.wrong, c), expected=e, mistake_values=w)
@@ -221,7 +222,7 @@ def test_every_mistake_loses_points_on_every_hidden_draw_with_its_hint(exercise_
                 got = "; ".join(v.message for v in verdicts if not v.passed)
                 failures.append(f"mistake {k} ({m.hint[:60]}...) fails hidden draw {seed} without its "
                                 f"hint: {got[:300]}")
-    total = len(SEEDS) * len(ex.mistakes)
+    total = (1 if ex.prediction else len(SEEDS)) * len(ex.mistakes)
     assert not failures, report(failures, total, f"(mistake, hidden draw) pairs of {exercise_id} go wrong")
 
 
@@ -251,6 +252,33 @@ def test_every_held_out_wrong_answer_and_shortcut_loses_points_on_every_draw(exe
             if all(v.passed for v in verdicts):
                 failures.append(f"{name} gets full marks on hidden draw {seed}")
     assert not failures, report(failures, total, f"(wrong answer, draw) pairs of {exercise_id} get full marks")
+
+
+BARE = re.compile(r"(wrong values?|the result contains NaN|the prediction is off \(it must be right [^)]*\))")
+
+
+def test_nearly_every_held_out_wrong_answer_gets_a_hint():
+    """A wrong answer is told more than "wrong values": a listed mistake's hint, the exercise's own
+    diagnosis, or what its value has in common with the right one. At most 10% of the held-out
+    wrong answers, graded on the public checks and one hidden draw, fail with nothing more."""
+    from mha.exercises.feedback import _forbidden_in
+
+    bare, total = [], 0
+    for exercise_id, fns in WRONG.items():
+        ex = get(exercise_id)
+        if ex.kernel:
+            pytest.importorskip("mha.kernels")
+        cases = ex.public_cases() + ex.hidden_cases(SEEDS[0])
+        for fn in fns:
+            if _forbidden_in(fn, ex):
+                continue
+            verdicts = settle(cases, [ex.judge(c, graded_call(ex, fn, c), reveal=False) for c in cases])
+            failed = [v.neutral.split(": ")[-1] if v.neutral.startswith("item ") else v.neutral
+                      for v in verdicts if not v.passed]
+            total += 1
+            if failed and all(BARE.fullmatch(m) for m in failed):
+                bare.append(f"{exercise_id} {fn.__name__}: {failed[0]}")
+    assert total and len(bare) <= 0.1 * total, report(bare, total, "held-out wrong answers get no hint")
 
 
 # ----------------------------------------------------------------------------- check = grader

@@ -27,6 +27,7 @@ code has run in the worker.
 from __future__ import annotations
 
 import importlib
+import opcode
 
 MAX_TRACE = 4096      # distinct operations kept in a trace
 MAX_MESSAGE = 300
@@ -122,9 +123,12 @@ def recorder():
                 super().__init__()
                 self.seen: dict = {}
                 self.truncated = False
+                self.paused = 0  # > 0 while a Triton kernel runs: its launcher is recorded, not its launch
 
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
+                if self.paused:
+                    return out
                 try:
                     key = (func, _shapes(args) + (_shapes(kwargs.values()) if kwargs else ()),
                            _shapes(out) if isinstance(out, (tuple, list)) else _shapes((out,)))
@@ -175,9 +179,11 @@ LAUNCH_POINTS = (("triton.runtime.jit", "JITFunction", "run", True),
                  ("triton.runtime.interpreter", "GridExecutor", "__call__", False))
 
 
-def watch_launches(counter: list) -> list:
+def watch_launches(counter: list, recording=None) -> list:
     """Wrap Triton's launch points so that each launch that returns adds one to
-    ``counter[0]``; returns what :func:`restore` needs. Only a Triton already imported is
+    ``counter[0]``; returns what :func:`restore` needs. While a launch runs, ``recording`` (a
+    :func:`recorder`, or None) records nothing: what the launcher does around its kernels is
+    recorded, not the interpreter's own handling of their arguments. Only a Triton already imported is
     watched: importing it here could choose the wrong way to run its kernels (see
     ``mha.kernels``), so the callers import it first, each the right way (``check`` through
     ``mha.kernels``, the grader's worker before it loads a submission)."""
@@ -191,7 +197,13 @@ def watch_launches(counter: list) -> list:
             continue
 
         def launch(*args, _original=original, _has_warmup=has_warmup, **kwargs):
-            out = _original(*args, **kwargs)
+            if recording is not None:
+                recording.paused += 1
+            try:
+                out = _original(*args, **kwargs)
+            finally:
+                if recording is not None:
+                    recording.paused -= 1
             if not (_has_warmup and kwargs.get("warmup")):
                 counter[0] += 1
             return out
@@ -215,7 +227,7 @@ def make_runner():
 
     Tensor, clone, equal, isnan = torch.Tensor, torch.Tensor.clone, torch.equal, torch.isnan
     is_floating, nan_to_num, version_of = torch.is_floating_point, torch.nan_to_num, torch.Tensor._version.__get__
-    make_recorder, trap, untrap, watch = recorder, set_traps, restore, watch_launches
+    make_recorder, trap, untrap, watch, stub, message = recorder, set_traps, restore, watch_launches, is_stub, _message
 
     def snapshot(args) -> list:
         return [(a, tuple(a.shape), clone(a), version_of(a)) if isinstance(a, Tensor) else None for a in args]
@@ -249,8 +261,8 @@ def make_runner():
         snap = snapshot(args)
         saved = trap(traps)
         counter = [0]
-        watched = watch(counter) if launches else []
         mode = make_recorder() if trace else None
+        watched = watch(counter, mode) if launches else []
         try:
             try:
                 if mode is not None:
@@ -262,13 +274,17 @@ def make_runner():
                 untrap(watched)
                 untrap(saved)
             record = {"s": "value", "v": plain.encode(value, arrays)}
-        except NotImplementedError:
-            record = {"s": "not-attempted"}
+        except NotImplementedError as e:
+            if stub(e, fn):
+                record = {"s": "not-attempted"}
+            else:  # torch's own (a dtype an operation lacks, say): an answer that was written
+                record = {"s": "raised", "type": type(e).__name__[:100],
+                          "bases": [c.__name__[:100] for c in type(e).__mro__][:12], "msg": message(e)}
         except KeyboardInterrupt:
             raise
         except BaseException as e:  # noqa: BLE001 - SystemExit and friends score zero
             record = {"s": "raised", "type": type(e).__name__[:100],
-                      "bases": [c.__name__[:100] for c in type(e).__mro__][:12], "msg": _message(e)}
+                      "bases": [c.__name__[:100] for c in type(e).__mro__][:12], "msg": message(e)}
         record["mutated"] = changed(snap)
         if mode is not None:
             record["trace"] = mode.entries()
@@ -291,6 +307,26 @@ def run_case(fn, args, *, plain, arrays: dict, noncontiguous=(), traps=(), trace
         _RUNNER = make_runner()
     return _RUNNER(fn, args, plain=plain, arrays=arrays, noncontiguous=noncontiguous, traps=traps, trace=trace,
                    launches=launches)
+
+
+_RAISE = opcode.opmap["RAISE_VARARGS"]
+
+
+def is_stub(e: BaseException, fn) -> bool:
+    """Whether ``e``, a NotImplementedError, is the stub's: raised by a ``raise`` statement of
+    the graded function itself (the student notebook's ``raise NotImplementedError(...)``).
+    One that torch raises from inside an operation (``bool_mask & float_mask``: "not
+    implemented for 'Float'"), or that a helper raises, comes from an answer that was written."""
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    try:
+        return code is getattr(fn, "__code__", None) and code.co_code[tb.tb_lasti] == _RAISE
+    except (IndexError, TypeError):
+        return False
 
 
 def _message(e: BaseException) -> str:

@@ -161,3 +161,27 @@ WRONG = {
 FORBIDDEN = {
     "builtins.document_mask": [document_mask_forbidden_flex],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def torch_masks_wrong_padding_inverted_only(attn_mask, key_padding_mask):
+    """Only key_padding_mask inverted and joined with | ."""
+    return attn_mask[None, None] | ~key_padding_mask[:, None, None, :]
+
+
+def document_mask_wrong_ids_compared_to_first_token(doc_ids):
+    """Same document as the row's first token, for every query."""
+    T = doc_ids.shape[-1]
+    same = (doc_ids == doc_ids[:, :1])[:, None, :].expand(-1, T, -1)
+    return (same & torch.ones(T, T, dtype=torch.bool).tril())[:, None]
+
+
+def alibi_slopes_wrong_halved_exponent(num_heads):
+    """2 ** (-4 k / n): half the exponent."""
+    return alibi_slopes_numpy(num_heads) ** 0.5
+
+
+WRONG["builtins.torch_masks_to_allowed"] += [torch_masks_wrong_padding_inverted_only]
+WRONG["builtins.document_mask"] += [document_mask_wrong_ids_compared_to_first_token]
+WRONG["builtins.alibi_slopes"] += [alibi_slopes_wrong_halved_exponent]

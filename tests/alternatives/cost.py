@@ -4,19 +4,29 @@ import numpy as np
 import torch
 
 
-# ---------------------------------------------------------------- layer_flops
+# ---------------------------------------------------------------- cross_layer_flops
 
-def layer_flops_by_matmul(batch, seq_len, embed_dim, num_heads):
+def cross_layer_flops_by_matmul(batch, tgt_len, src_len, embed_dim, num_heads):
     """Sum 2 m k n over every matmul of the layer, head by head for the attention core."""
     d_h = embed_dim // num_heads
-    shapes = [(batch * seq_len, embed_dim, embed_dim)] * 4            # x W_Q, x W_K, x W_V, y W_O
-    shapes += [(seq_len, d_h, seq_len), (seq_len, seq_len, d_h)] * (batch * num_heads)   # q k^T, w v
+    shapes = [(batch * tgt_len, embed_dim, embed_dim)] * 2            # x W_Q, y W_O on the target
+    shapes += [(batch * src_len, embed_dim, embed_dim)] * 2           # m W_K, m W_V on the source
+    shapes += [(tgt_len, d_h, src_len), (tgt_len, src_len, d_h)] * (batch * num_heads)   # q k^T, w v
     return sum(2 * m * k * n for m, k, n in shapes)
 
 
-def layer_flops_factored(batch, seq_len, embed_dim, num_heads):
-    """4 B T C (2 C + T): the two parts with their common factor taken out."""
-    return 4 * batch * seq_len * embed_dim * (2 * embed_dim + seq_len)
+def cross_layer_flops_factored(batch, tgt_len, src_len, embed_dim, num_heads):
+    """4 B C (C (T + S) + T S): the common factor taken out."""
+    return 4 * batch * embed_dim * (embed_dim * (tgt_len + src_len) + tgt_len * src_len)
+
+
+def cross_layer_flops_loop(batch, tgt_len, src_len, embed_dim, num_heads):
+    """Per sequence, then times the batch, in floats turned back into an int at the end."""
+    per_sequence = 0.0
+    for rows in (tgt_len, src_len, src_len, tgt_len):                 # Q, K, V, O projections
+        per_sequence += 2.0 * rows * embed_dim * embed_dim
+    per_sequence += 2 * (2.0 * tgt_len * src_len * embed_dim)        # both products, all heads
+    return int(round(per_sequence)) * batch
 
 
 # ---------------------------------------------------------------- crossover_length
@@ -44,19 +54,49 @@ def crossover_length_ratio(embed_dim, num_heads, num_kv_heads):
 
 # ---------------------------------------------------------------- naive_weights_bytes
 
-def layer_flops_wrong_no_heads_core(batch, seq_len, embed_dim, num_heads):
-    """The T^2 part counted for one head of width C / h."""
+def cross_flops_wrong_one_head_core(batch, tgt_len, src_len, embed_dim, num_heads):
+    """The T S part counted for one head of width C / h."""
     d = embed_dim // num_heads
-    return 8 * batch * seq_len * embed_dim ** 2 + 4 * batch * seq_len ** 2 * d
+    return 4 * batch * (tgt_len + src_len) * embed_dim ** 2 + 4 * batch * tgt_len * src_len * d
 
 
-def layer_flops_wrong_macs(batch, seq_len, embed_dim, num_heads):
+def cross_flops_wrong_macs(batch, tgt_len, src_len, embed_dim, num_heads):
     """Multiply-adds, not FLOPs, and only three projections."""
-    return 3 * batch * seq_len * embed_dim ** 2 + 2 * batch * seq_len ** 2 * embed_dim
+    return batch * (tgt_len + 2 * src_len) * embed_dim ** 2 + 2 * batch * tgt_len * src_len * embed_dim
 
 
-def layer_flops_wrong_float(batch, seq_len, embed_dim, num_heads):
-    return 8.0 * batch * seq_len * embed_dim ** 2 + 4.0 * batch * seq_len ** 2 * embed_dim
+def cross_flops_wrong_float(batch, tgt_len, src_len, embed_dim, num_heads):
+    return 4.0 * batch * (tgt_len + src_len) * embed_dim ** 2 + 4.0 * batch * tgt_len * src_len * embed_dim
+
+
+def cross_flops_wrong_square_scores(batch, tgt_len, src_len, embed_dim, num_heads):
+    """Projections right, the scores counted as T x T."""
+    return 4 * batch * (tgt_len + src_len) * embed_dim ** 2 + 4 * batch * tgt_len * tgt_len * embed_dim
+
+
+def cross_flops_wrong_source_scores(batch, tgt_len, src_len, embed_dim, num_heads):
+    """Projections right, the scores counted as S x S."""
+    return 4 * batch * (tgt_len + src_len) * embed_dim ** 2 + 4 * batch * src_len * src_len * embed_dim
+
+
+# ---------------------------------------------------------------- flop_growth (a prediction)
+
+def flop_growth_written_down():
+    """The number, worked out on paper: 2048 (8 C + 4 * 2048) / (512 (8 C + 4 * 512)) at C = 512."""
+    return 8.0
+
+
+def flop_growth_by_shares():
+    """The projections are 2/3 of the count at T = 512 and grow 4 times; the T^2 third grows 16 times."""
+    return 2 / 3 * 4 + 1 / 3 * 16
+
+
+def flop_growth_wrong_guess_cubic():
+    return 64.0
+
+
+def flop_growth_wrong_rounded_down():
+    return 6.0
 
 
 def crossover_wrong_mha_always(embed_dim, num_heads, num_kv_heads):
@@ -165,14 +205,17 @@ def loglog_slope_covariance(x, y):
 
 
 CORRECT = {
-    "cost.layer_flops": [layer_flops_by_matmul, layer_flops_factored],
+    "cost.cross_layer_flops": [cross_layer_flops_by_matmul, cross_layer_flops_factored, cross_layer_flops_loop],
+    "cost.flop_growth": [flop_growth_written_down, flop_growth_by_shares],
     "cost.crossover_length": [crossover_length_search, crossover_length_ratio],
     "cost.backward_flops": [backward_flops_by_matmul, backward_flops_twice_forward],
     "cost.loglog_slope": [loglog_slope_normal_equations, loglog_slope_numpy_by_hand, loglog_slope_covariance],
 }
 
 WRONG = {
-    "cost.layer_flops": [layer_flops_wrong_no_heads_core, layer_flops_wrong_macs, layer_flops_wrong_float],
+    "cost.cross_layer_flops": [cross_flops_wrong_one_head_core, cross_flops_wrong_macs, cross_flops_wrong_float,
+                               cross_flops_wrong_square_scores, cross_flops_wrong_source_scores],
+    "cost.flop_growth": [flop_growth_wrong_guess_cubic, flop_growth_wrong_rounded_down],
     "cost.crossover_length": [crossover_wrong_mha_always, crossover_wrong_kv_heads_full_width, crossover_wrong_float],
     "cost.backward_flops": [backward_wrong_no_input_grads, backward_wrong_recomputes, backward_wrong_flag_inverted],
     "cost.loglog_slope": [loglog_slope_wrong_log10_x, loglog_slope_wrong_y_on_x_reversed,
@@ -182,3 +225,34 @@ WRONG = {
 FORBIDDEN = {
     "cost.loglog_slope": [loglog_slope_forbidden_lstsq, loglog_slope_forbidden_polyfit],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def cross_flops_wrong_kv_projected_once(batch, tgt_len, src_len, embed_dim, num_heads):
+    """K and V counted as one fused C x 2C product, then only once."""
+    B, T, S, C = batch, tgt_len, src_len, embed_dim
+    return 4 * B * T * C * C + 2 * B * S * C * C + 4 * B * T * S * C
+
+
+def crossover_wrong_heads_for_kv(embed_dim, num_heads, num_kv_heads):
+    """num_kv_heads * C // num_heads counted for K and V together, with the 2C of Q and O halved."""
+    return embed_dim // 2 + num_kv_heads * (embed_dim // num_heads)
+
+
+def backward_wrong_core_twice_forward(batch, seq_len, embed_dim, num_heads, input_grad):
+    """Everything twice the forward: 2 (8 B T C^2 + 4 B T^2 C)."""
+    return 2 * (8 * batch * seq_len * embed_dim ** 2 + 4 * batch * seq_len ** 2 * embed_dim)
+
+
+def loglog_slope_wrong_no_centering_y(x, y):
+    """The covariance divided by n once more than the variance."""
+    u, v = x.log(), y.log()
+    du = u - u.mean()
+    return (du * v).sum() / (du * du).sum() / len(x)
+
+
+WRONG["cost.cross_layer_flops"] += [cross_flops_wrong_kv_projected_once]
+WRONG["cost.crossover_length"] += [crossover_wrong_heads_for_kv]
+WRONG["cost.backward_flops"] += [backward_wrong_core_twice_forward]
+WRONG["cost.loglog_slope"] += [loglog_slope_wrong_no_centering_y]

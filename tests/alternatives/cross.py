@@ -69,18 +69,32 @@ def mask_with_numpy(role, src_lengths, tgt_lengths, src_len, tgt_len):
 
 # ------------------------------------------------------------ cross.alignment_accuracy
 
-def alignment_per_head_loop(weights, ideal):
+def alignment_per_head_loop(weights, ideal, tgt_lengths):
     scores = []
     for head in weights.unbind(dim=1):                      # (B, Tq, Tk) each
-        best = head.max(dim=-1).indices                     # (B, Tq)
-        scores.append((best == ideal[None, :]).double().sum() / best.numel())
-    return torch.stack(scores).to(weights.dtype)
+        hits, real = 0, 0
+        for b, n in enumerate(tgt_lengths.tolist()):        # only the real queries of each sequence
+            best = head[b, :n].max(dim=-1).indices          # (n,)
+            hits += int((best == ideal[:n]).sum())
+            real += n
+        scores.append(hits / real)
+    return torch.tensor(scores, dtype=torch.float64).to(weights.dtype)
 
 
-def alignment_numpy(weights, ideal):
+def alignment_numpy(weights, ideal, tgt_lengths):
     w = weights.detach().double().numpy()
     hits = np.argmax(w, axis=3) == ideal.numpy()            # (B, h, Tq)
-    return torch.from_numpy(hits.transpose(1, 0, 2).reshape(w.shape[1], -1).mean(axis=1)).to(weights.dtype)
+    real = np.arange(w.shape[2])[None, :] < tgt_lengths.numpy()[:, None]     # (B, Tq)
+    per_head = hits.transpose(1, 0, 2)[:, real]             # (h, number of real pairs)
+    return torch.from_numpy(per_head.mean(axis=1)).to(weights.dtype)
+
+
+def alignment_masked_mean(weights, ideal, tgt_lengths):
+    """A weighted mean: weight 1 for real queries, 0 for padded ones."""
+    Tq = weights.shape[-2]
+    weight = (torch.arange(Tq) < tgt_lengths[:, None]).to(weights.dtype)[:, None, :].expand(-1, weights.shape[1], -1)
+    hits = (weights.argmax(dim=-1) == ideal).to(weights.dtype)
+    return (hits * weight).sum(dim=(0, 2)) / weight.sum(dim=(0, 2))
 
 
 def shapes_wrong_kdim_heads(batch, tgt_len, src_len, embed_dim, kdim, num_heads):
@@ -125,29 +139,83 @@ def mask_wrong_unknown_role_accepted(role, src_lengths, tgt_lengths, src_len, tg
     return mask_with_loops(known, src_lengths, tgt_lengths, src_len, tgt_len)
 
 
-def alignment_wrong_probability_mass(weights, ideal):
+def alignment_wrong_probability_mass(weights, ideal, tgt_lengths):
     """The mean weight on the ideal key instead of the argmax hits."""
     Tq = weights.shape[-2]
-    return weights[:, :, torch.arange(Tq), ideal].mean(dim=(0, 2))
+    real = (torch.arange(Tq) < tgt_lengths[:, None]).to(weights.dtype)[:, None, :]
+    return (weights[:, :, torch.arange(Tq), ideal] * real).sum(dim=(0, 2)) / real.sum()
 
 
-def alignment_wrong_first_sequence(weights, ideal):
-    return (weights[0].argmax(dim=-1) == ideal).to(weights.dtype).mean(dim=-1)
+def alignment_wrong_first_sequence(weights, ideal, tgt_lengths):
+    n = int(tgt_lengths[0])
+    return (weights[0, :, :n].argmax(dim=-1) == ideal[:n]).to(weights.dtype).mean(dim=-1)
 
 
-def alignment_wrong_int(weights, ideal):
+def alignment_wrong_int(weights, ideal, tgt_lengths):
     """Counts hits as integers."""
-    return (weights.argmax(dim=-1) == ideal).sum(dim=(0, 2))
+    real = torch.arange(weights.shape[-2]) < tgt_lengths[:, None]
+    return ((weights.argmax(dim=-1) == ideal) & real[:, None, :]).sum(dim=(0, 2))
+
+
+def alignment_wrong_float32(weights, ideal, tgt_lengths):
+    """The page's .float(): float32 whatever the weights' dtype."""
+    real = (torch.arange(weights.shape[-2]) < tgt_lengths[:, None]).float()[:, None, :]
+    return ((weights.argmax(dim=-1) == ideal).float() * real).sum(dim=(0, 2)) / real.sum()
+
+
+def alignment_wrong_keys_masked(weights, ideal, tgt_lengths):
+    """Uses the target lengths to hide keys (the source axis) instead of queries."""
+    Tk = weights.shape[-1]
+    hidden = torch.arange(Tk)[None, :] >= tgt_lengths[:, None]                  # (B, Tk)
+    best = weights.masked_fill(hidden[:, None, None, :], -1.0).argmax(dim=-1)
+    return (best == ideal).to(weights.dtype).mean(dim=(0, 2))
+
+
+def mask_wrong_any_case(role, src_lengths, tgt_lengths, src_len, tgt_len):
+    """Accepts the role in any letters ("Encoder", "CROSS")."""
+    return mask_with_loops(role.lower(), src_lengths, tgt_lengths, src_len, tgt_len)
 
 
 CORRECT = {
     "cross.cross_attention_shapes": [shapes_by_running_it, shapes_by_hand],
     "cross.mask_for_role": [mask_with_loops, mask_with_numpy],
-    "cross.alignment_accuracy": [alignment_per_head_loop, alignment_numpy],
+    "cross.alignment_accuracy": [alignment_per_head_loop, alignment_numpy, alignment_masked_mean],
 }
 
 WRONG = {
     "cross.cross_attention_shapes": [shapes_wrong_kdim_heads, shapes_wrong_no_error, shapes_wrong_out_kdim],
-    "cross.mask_for_role": [mask_wrong_cross_causal_square, mask_wrong_no_expand, mask_wrong_unknown_role_accepted],
-    "cross.alignment_accuracy": [alignment_wrong_probability_mass, alignment_wrong_first_sequence, alignment_wrong_int],
+    "cross.mask_for_role": [mask_wrong_cross_causal_square, mask_wrong_no_expand, mask_wrong_unknown_role_accepted,
+                            mask_wrong_any_case],
+    "cross.alignment_accuracy": [alignment_wrong_probability_mass, alignment_wrong_first_sequence, alignment_wrong_int,
+                                 alignment_wrong_float32, alignment_wrong_keys_masked],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def shapes_wrong_scores_from_kdim(batch, tgt_len, src_len, embed_dim, kdim, num_heads):
+    """Scores over kdim // h features instead of the sources."""
+    right = shapes_by_hand(batch, tgt_len, src_len, embed_dim, kdim, num_heads)
+    return {**right, "scores": (batch, num_heads, tgt_len, tgt_len)}
+
+
+def mask_wrong_decoder_with_source_padding(role, src_lengths, tgt_lengths, src_len, tgt_len):
+    """The decoder's padding taken from src_lengths."""
+    if role == "decoder":
+        pos = torch.arange(tgt_len)
+        real = pos[None, :] < src_lengths[:, None]
+        return ((pos[None, :] <= pos[:, None])[None] & real[:, None, :])[:, None]
+    return mask_with_loops(role, src_lengths, tgt_lengths, src_len, tgt_len)
+
+
+def alignment_wrong_real_keys_masked_out(weights, ideal, tgt_lengths):
+    """Pads the weights' KEY axis by tgt_lengths before the argmax, and counts every query."""
+    Tk = weights.shape[-1]
+    hidden = torch.arange(Tk)[None, :] >= tgt_lengths[:, None]
+    best = weights.masked_fill(hidden[:, None, None, :], -1.0).argmax(dim=-1)
+    return (best == ideal).to(weights.dtype).mean(dim=(0, 2))
+
+
+WRONG["cross.cross_attention_shapes"] += [shapes_wrong_scores_from_kdim]
+WRONG["cross.mask_for_role"] += [mask_wrong_decoder_with_source_padding]
+WRONG["cross.alignment_accuracy"] += [alignment_wrong_real_keys_masked_out]

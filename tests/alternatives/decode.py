@@ -116,17 +116,34 @@ def rope_slice_assign(x, positions, base):
     return out
 
 
-# ---------------------------------------------------------------- mla_cache_bytes
+# ---------------------------------------------------------------- mla_max_context
 
-def mla_bytes_per_token_first(layers, num_heads, head_dim, kv_latent_dim, rope_dim, seq_len, bytes_per_element):
-    per_token = (kv_latent_dim + rope_dim) * bytes_per_element * layers
-    return per_token * seq_len
+def mla_context_per_token_first(memory_bytes, layers, num_heads, head_dim, kv_latent_dim, rope_dim, batch,
+                                bytes_per_element):
+    per_token = (kv_latent_dim + rope_dim) * bytes_per_element * layers * batch
+    return memory_bytes // per_token
 
 
-def mla_bytes_sum_of_parts(layers, num_heads, head_dim, kv_latent_dim, rope_dim, seq_len, bytes_per_element):
-    latent = layers * seq_len * kv_latent_dim * bytes_per_element
-    rope_key = layers * seq_len * rope_dim * bytes_per_element
-    return int(latent + rope_key)
+def mla_context_by_search(memory_bytes, layers, num_heads, head_dim, kv_latent_dim, rope_dim, batch,
+                          bytes_per_element):
+    """Doubling, then bisection, on the cache's size: never divides the budget."""
+    def size(tokens):
+        return layers * batch * tokens * (kv_latent_dim + rope_dim) * bytes_per_element
+
+    lo, hi = 0, 1
+    while size(hi) <= memory_bytes:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if size(mid) <= memory_bytes else (lo, mid)
+    return lo
+
+
+def mla_context_float_then_floor(memory_bytes, layers, num_heads, head_dim, kv_latent_dim, rope_dim, batch,
+                                 bytes_per_element):
+    import math
+    per_sequence_token = (kv_latent_dim + rope_dim) * layers * bytes_per_element
+    return math.floor(memory_bytes / batch / per_sequence_token + 1e-9)
 
 
 # ---------------------------------------------------------------- decode_step
@@ -199,17 +216,28 @@ def rope_wrong_pairs_swapped(x, positions, base):
     return torch.stack((x1 * a.sin() + x2 * a.cos(), x1 * a.cos() - x2 * a.sin()), dim=-1).flatten(1)
 
 
-def mla_wrong_per_head_latent(layers, num_heads, head_dim, kv_latent_dim, rope_dim, seq_len, bytes_per_element):
-    return layers * num_heads * (kv_latent_dim + rope_dim) * seq_len * bytes_per_element
+def mla_context_wrong_per_head_latent(memory_bytes, layers, num_heads, head_dim, kv_latent_dim, rope_dim, batch,
+                                      bytes_per_element):
+    """One latent per head."""
+    return memory_bytes // (layers * num_heads * (kv_latent_dim + rope_dim) * batch * bytes_per_element)
 
 
-def mla_wrong_bits(layers, num_heads, head_dim, kv_latent_dim, rope_dim, seq_len, bytes_per_element):
-    return layers * (kv_latent_dim + rope_dim) * seq_len * bytes_per_element * 8
+def mla_context_wrong_bits(memory_bytes, layers, num_heads, head_dim, kv_latent_dim, rope_dim, batch,
+                           bytes_per_element):
+    return memory_bytes // (8 * layers * (kv_latent_dim + rope_dim) * batch * bytes_per_element)
 
 
-def mla_wrong_gqa_like(layers, num_heads, head_dim, kv_latent_dim, rope_dim, seq_len, bytes_per_element):
-    """The cache of keys and values rebuilt from the latent, for every head."""
-    return 2 * layers * num_heads * (head_dim + rope_dim) * seq_len * bytes_per_element
+def mla_context_wrong_rounded(memory_bytes, layers, num_heads, head_dim, kv_latent_dim, rope_dim, batch,
+                              bytes_per_element):
+    """Rounds to the nearest token, so sometimes one token too many."""
+    return round(memory_bytes / (layers * (kv_latent_dim + rope_dim) * batch * bytes_per_element))
+
+
+def mla_context_wrong_gib(memory_bytes, layers, num_heads, head_dim, kv_latent_dim, rope_dim, batch,
+                          bytes_per_element):
+    """The budget rounded down to whole MiB first."""
+    budget = memory_bytes // 2**20 * 2**20
+    return budget // (layers * (kv_latent_dim + rope_dim) * batch * bytes_per_element)
 
 
 def step_wrong_top_left_sdpa(q, k_cache, v_cache, k_new, v_new):
@@ -238,17 +266,49 @@ def step_forbidden_bias(q, k_cache, v_cache, k_new, v_new):
 CORRECT = {
     "decode.gqa_from_mha": [pool_loop, pool_matrix, pool_avg_pool],
     "decode.rope_rotate": [rope_complex, rope_rotation_matrices, rope_rotate_half_trick, rope_slice_assign],
-    "decode.mla_cache_bytes": [mla_bytes_per_token_first, mla_bytes_sum_of_parts],
+    "decode.mla_max_context": [mla_context_per_token_first, mla_context_by_search, mla_context_float_then_floor],
     "decode.decode_step": [step_einsum_float64, step_token_by_token, step_torch_sdpa, step_additive_mask],
 }
 
 WRONG = {
     "decode.gqa_from_mha": [pool_wrong_no_check, pool_wrong_message, pool_wrong_all_heads, pool_wrong_in_place],
     "decode.rope_rotate": [rope_wrong_in_place, rope_wrong_degrees, rope_wrong_pairs_swapped],
-    "decode.mla_cache_bytes": [mla_wrong_per_head_latent, mla_wrong_bits, mla_wrong_gqa_like],
+    "decode.mla_max_context": [mla_context_wrong_per_head_latent, mla_context_wrong_bits, mla_context_wrong_rounded,
+                               mla_context_wrong_gib],
     "decode.decode_step": [step_wrong_top_left_sdpa, step_wrong_last_token_only, step_wrong_cache_only],
 }
 
 FORBIDDEN = {
     "decode.decode_step": [step_forbidden_bias],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def pool_wrong_max_of_group(w, num_heads, num_kv_heads):
+    """The largest weight of the group instead of the mean."""
+    if num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}")
+    out, C = w.shape
+    d = out // num_heads
+    return w.view(num_kv_heads, num_heads // num_kv_heads, d, C).amax(dim=1).reshape(num_kv_heads * d, C)
+
+
+def rope_wrong_positions_from_one(x, positions, base):
+    """Positions counted from 1."""
+    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    a = (positions.to(x.dtype) + 1)[:, None] * theta
+    x1, x2 = x[:, 0::2], x[:, 1::2]
+    return torch.stack((x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()), dim=-1).flatten(1)
+
+
+def mla_context_wrong_latent_only_per_head(memory_bytes, layers, num_heads, head_dim, kv_latent_dim, rope_dim,
+                                           batch, bytes_per_element):
+    """The RoPE key counted per head and the latent once, and the batch forgotten."""
+    return memory_bytes // (layers * (kv_latent_dim + num_heads * rope_dim) * bytes_per_element)
+
+
+WRONG["decode.gqa_from_mha"] += [pool_wrong_max_of_group]
+WRONG["decode.rope_rotate"] += [rope_wrong_positions_from_one]
+WRONG["decode.mla_max_context"] += [mla_context_wrong_latent_only_per_head]

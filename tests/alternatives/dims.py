@@ -126,10 +126,30 @@ def shapes_wrong_assert(batch, seq_len, embed_dim, num_heads):
     return shapes_divmod(batch, seq_len, embed_dim, num_heads)
 
 
+def weights_mib_in_bytes_first():
+    nbytes = 12 * 1024 * 1024 * 4            # 12 heads, 1024 x 1024 weights each, float32
+    return nbytes / 1024 / 1024
+
+
+def weights_mib_rounded():
+    """A prediction written down as a plain number."""
+    return 48.0
+
+
+def weights_mib_wrong_batch_of_eight():
+    return 8 * 12 * 1024 * 1024 * 4 / 2**20
+
+
+def weights_mib_wrong_gigabytes():
+    """The size in GiB where MiB are asked for."""
+    return 12 * 1024 * 1024 * 4 / 2**30
+
+
 CORRECT = {
     "dims.split_heads": [split_heads_chunk_stack, split_heads_numpy],
     "dims.heads_into_batch": [hib_batch_first_route, hib_loop, hib_einops_like],
     "dims.shapes": [shapes_divmod, shapes_step_by_step],
+    "dims.weights_mib": [weights_mib_in_bytes_first, weights_mib_rounded],
 }
 
 WRONG = {
@@ -137,4 +157,32 @@ WRONG = {
     "dims.heads_into_batch": [hib_wrong_view, hib_wrong_batch_first_assumed, hib_wrong_heads_last],
     "dims.shapes": [shapes_wrong_message, shapes_wrong_scores_over_features, shapes_wrong_no_check,
                     shapes_wrong_assert],
+    "dims.weights_mib": [weights_mib_wrong_batch_of_eight, weights_mib_wrong_gigabytes],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def split_heads_wrong_permute_order(x, num_heads):
+    """(B, T, h, d) permuted to (B, h, d, T): the last two axes swapped."""
+    B, T, C = x.shape
+    return x.view(B, T, num_heads, C // num_heads).permute(0, 2, 3, 1)
+
+
+def hib_wrong_time_last(x, num_heads):
+    """(T, B, C) -> (B * h, d, T)."""
+    T, B, C = x.shape
+    d = C // num_heads
+    return x.reshape(T, B * num_heads, d).permute(1, 2, 0)
+
+
+def shapes_wrong_merged_heads_first(batch, seq_len, embed_dim, num_heads):
+    if embed_dim % num_heads:
+        raise ValueError(f"embed_dim={embed_dim} not divisible by num_heads={num_heads}")
+    B, T, C, h = batch, seq_len, embed_dim, num_heads
+    return {"qkv": (B, T, 3 * C), "q_heads": (B, h, T, C // h), "scores": (B, h, T, T), "merged": (B, h, T * C // h)}
+
+
+WRONG["dims.split_heads"] += [split_heads_wrong_permute_order]
+WRONG["dims.heads_into_batch"] += [hib_wrong_time_last]
+WRONG["dims.shapes"] += [shapes_wrong_merged_heads_first]

@@ -9,6 +9,38 @@ import torch
 
 # ---------------------------------------------------------------- online_softmax_stats
 
+def stats_running_max_with_the_chunk(chunks):
+    """Each new max taken over the running max and the chunk's scores together (one call), and
+    each new sum over the old sum, rescaled, and the chunk's terms, stacked: still one chunk and
+    the running (m, l) at a time."""
+    m = torch.tensor(float("-inf"), dtype=chunks.dtype)
+    l = torch.zeros((), dtype=chunks.dtype)
+    rows = []
+    for x in chunks:
+        m_new = torch.cat([m.reshape(1), x]).max()
+        if torch.isfinite(m_new):
+            old = l * torch.exp(m - m_new) if torch.isfinite(m) else l
+            l = torch.cat([old.reshape(1), torch.exp(x - m_new)]).sum()
+            m = m_new
+        rows.append(torch.stack([m, l]))
+    return torch.stack(rows)
+
+
+def stats_max_of_two(chunks):
+    """The running max and the chunk's own max, stacked, then their max: with chunks of width 1
+    that stack has as many values as two chunks."""
+    m = torch.tensor(float("-inf"), dtype=chunks.dtype)
+    l = torch.zeros((), dtype=chunks.dtype)
+    rows = []
+    for x in chunks:
+        m_new = torch.stack([m, x.max()]).max()
+        if not torch.isneginf(m_new):
+            l = l * torch.exp(m - m_new) + torch.exp(x - m_new).sum()
+            m = m_new
+        rows.append(torch.stack([m, l]))
+    return torch.stack(rows)
+
+
 def stats_python_floats(chunks):
     """Plain Python floats, in float64, chunk by chunk."""
     m, l, rows = -math.inf, 0.0, []
@@ -349,7 +381,8 @@ def window_forbidden_sdpa(q, k, v, window, block_size):
 
 
 CORRECT = {
-    "flash.online_softmax_stats": [stats_python_floats, stats_logsumexp_per_chunk, stats_preallocated],
+    "flash.online_softmax_stats": [stats_python_floats, stats_logsumexp_per_chunk, stats_preallocated,
+                                   stats_running_max_with_the_chunk, stats_max_of_two],
     "flash.merge_partials": [merge_via_lse, merge_row_by_row, merge_sigmoid],
     "flash.wasted_scores": [wasted_by_mask, wasted_by_rows, wasted_by_corners],
     "flash.tiled_window_forward": [window_with_lse, window_row_by_row, window_skip_tiles],
@@ -368,3 +401,42 @@ FORBIDDEN = {
     "flash.online_softmax_stats": [stats_forbidden_hidden_prefix],
     "flash.tiled_window_forward": [window_forbidden_sdpa, window_forbidden_hidden_dense],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def stats_wrong_rescale_after_adding(chunks):
+    """Adds the chunk relative to the new max, then rescales the whole sum (the new terms too)."""
+    m = torch.tensor(float("-inf"), dtype=chunks.dtype)
+    l = torch.zeros((), dtype=chunks.dtype)
+    rows = []
+    for x in chunks:
+        m_new = torch.maximum(m, x.max())
+        if not torch.isneginf(m_new):
+            l = (l + torch.exp(x - m_new).sum()) * torch.exp(m - m_new)
+            m = m_new
+        rows.append(torch.stack([m, l]))
+    return torch.stack(rows)
+
+
+def merge_wrong_sum_of_outputs(a, b):
+    """The two normalised outputs added, (m, l) merged right."""
+    m = torch.maximum(a[:, -2:-1], b[:, -2:-1])
+    l = a[:, -1:] * torch.exp(a[:, -2:-1] - m) + b[:, -1:] * torch.exp(b[:, -2:-1] - m)
+    return torch.cat([a[:, :-2] + b[:, :-2], m, l], dim=1)
+
+
+def wasted_wrong_per_row_count(q_len, k_len, block_size):
+    """Counts per query row the keys of its own last tile only."""
+    off = k_len - q_len
+    total = 0
+    for i in range(q_len):
+        last = min(i + off, k_len - 1)
+        if last >= 0:
+            total += (last // block_size + 1) * block_size - (last + 1)
+    return total
+
+
+WRONG["flash.online_softmax_stats"] += [stats_wrong_rescale_after_adding]
+WRONG["flash.merge_partials"] += [merge_wrong_sum_of_outputs]
+WRONG["flash.wasted_scores"] += [wasted_wrong_per_row_count]

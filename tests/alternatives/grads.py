@@ -236,3 +236,39 @@ FORBIDDEN = {
     "grads.scale_grad": [scale_grad_forbidden_autograd],
     "grads.linear_backward": [linear_backward_forbidden_autograd],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def jacobian_wrong_transposed_outer(p):
+    """diag(p) - p p^T written with p as a (1, n) row, in the wrong order: row @ row.T is the
+    (1, 1) sum of squares, broadcast over the matrix."""
+    row = p[None, :]
+    return torch.diag(p) - row @ row.T
+
+
+def gqa_kv_grad_wrong_repeat_then_mean(grad_k_heads, num_kv_heads):
+    """Means over the copies in repeat's layout."""
+    B, h, T, d = grad_k_heads.shape
+    return grad_k_heads.view(B, h // num_kv_heads, num_kv_heads, T, d).mean(dim=1)
+
+
+def scale_grad_wrong_softmax_grad_only(q, k, v, grad_out, scale):
+    """sum(dS) without the raw scores."""
+    R = q @ k.T
+    P = torch.softmax(scale * R, dim=-1)
+    dP = grad_out @ v.T
+    return (P * (dP - (dP * P).sum(-1, keepdim=True))).sum()
+
+
+def linear_backward_wrong_bias_mean_over_positions(x, w, b, grad_y):
+    """dL/db summed over the batch but averaged over the positions."""
+    gx = grad_y @ w
+    gw = torch.einsum("bto,bti->oi", grad_y, x)
+    return gx, gw, grad_y.sum(dim=(0, 1)) / x.shape[1]
+
+
+WRONG["grads.softmax_jacobian"] += [jacobian_wrong_transposed_outer]
+WRONG["grads.gqa_kv_grad"] += [gqa_kv_grad_wrong_repeat_then_mean]
+WRONG["grads.scale_grad"] += [scale_grad_wrong_softmax_grad_only]
+WRONG["grads.linear_backward"] += [linear_backward_wrong_bias_mean_over_positions]

@@ -225,3 +225,20 @@ FORBIDDEN = {
     "heads.batched_head": [batched_head_forbidden_sdpa],
     "heads.multi_query_head": [mqa_forbidden_sdpa],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def single_head_wrong_weights_transposed(x, w_q, w_k, w_v):
+    """Weights used as nn.Linear stores them: x @ w.T (runs only when C == d)."""
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
+    return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+
+def batched_head_wrong_softmax_over_batch(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1]), dim=0) @ v
+
+
+WRONG["heads.single_head"] += [single_head_wrong_weights_transposed]
+WRONG["heads.batched_head"] += [batched_head_wrong_softmax_over_batch]

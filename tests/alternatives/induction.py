@@ -178,10 +178,31 @@ def mean_ablate_wrong_rows(head_outputs, out_proj_weight, head):
     return head_outputs.transpose(1, 2).reshape(B, T, h * d) @ w.T
 
 
+def composing_head_by_overlap():
+    """The head whose block of written features overlaps the block the keys read."""
+    writes = [set(range(8, 12)), set(range(0, 4)), set(range(4, 8))]
+    return max(range(3), key=lambda a: len(writes[a] & set(range(4, 8))))
+
+
+def composing_head_written_down():
+    return 2
+
+
+def composing_head_wrong_last():
+    """The last first-layer head, by habit."""
+    return 3
+
+
+def composing_head_wrong_two_heads():
+    """1.5: "between the query's and the key's"."""
+    return 1.5
+
+
 CORRECT = {
     "induction.k_composition": [k_composition_loops, k_composition_einsum, k_composition_numpy],
     "induction.prefix_matching_score": [prefix_loops, prefix_shifted_tokens, prefix_numpy],
     "induction.mean_ablate_head": [mean_ablate_subtract, mean_ablate_einsum, mean_ablate_cat],
+    "induction.composing_head": [composing_head_by_overlap, composing_head_written_down],
 }
 
 WRONG = {
@@ -190,4 +211,43 @@ WRONG = {
     "induction.prefix_matching_score": [prefix_wrong_half, prefix_wrong_future, prefix_wrong_previous_token],
     "induction.mean_ablate_head": [mean_ablate_wrong_in_place, mean_ablate_wrong_first_sequence,
                                    mean_ablate_wrong_rows],
+    "induction.composing_head": [composing_head_wrong_last, composing_head_wrong_two_heads],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def k_composition_wrong_norm_of_product_only_qk(w_q, w_k, w_v, w_o):
+    """Normalised by ||W_QK|| squared instead of ||W_QK|| ||W_OV||."""
+    qk = w_q @ w_k.transpose(-2, -1)
+    ov = w_v @ w_o
+    m = qk[None] @ ov[:, None].transpose(-2, -1)
+    return torch.linalg.matrix_norm(m) / (torch.linalg.matrix_norm(qk)[None, :] ** 2)
+
+
+def prefix_wrong_first_occurrence_only(weights, tokens):
+    """Only the key after the FIRST earlier occurrence counts."""
+    B, T = tokens.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    target = torch.zeros(B, T, T, dtype=torch.bool)
+    target[:, :, 1:] = same[:, :, :-1]
+    target &= torch.ones(T, T, dtype=torch.bool).tril()
+    idx = torch.arange(T).expand(B, T, T)
+    first = torch.where(target, idx, T).amin(dim=-1, keepdim=True)
+    target &= idx == first
+    counted = target.any(dim=-1)
+    on = (weights * target[:, None]).sum(dim=-1)
+    return (on * counted[:, None]).sum(dim=(0, 2)) / counted.sum()
+
+
+def mean_ablate_wrong_median(head_outputs, out_proj_weight, head):
+    """The median output instead of the mean."""
+    B, h, T, d = head_outputs.shape
+    x = head_outputs.clone()
+    x[:, head] = head_outputs[:, head].reshape(B * T, d).median(dim=0).values
+    return x.transpose(1, 2).reshape(B, T, h * d) @ out_proj_weight.T
+
+
+WRONG["induction.k_composition"] += [k_composition_wrong_norm_of_product_only_qk]
+WRONG["induction.prefix_matching_score"] += [prefix_wrong_first_occurrence_only]
+WRONG["induction.mean_ablate_head"] += [mean_ablate_wrong_median]

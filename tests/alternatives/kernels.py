@@ -3,6 +3,8 @@ here by Triton's interpreter: correct ones written differently from each other, 
 wrong ones (a launcher or a kernel with the bug a first kernel often has), and shortcuts
 through what the statements forbid."""
 
+import math
+
 import mha.kernels  # noqa: F401  (first: it switches Triton's interpreter on where there is no GPU)
 import torch
 import triton
@@ -65,54 +67,73 @@ def softmax_online_in_chunks(x):
     return out
 
 
-# ---------------------------------------------------------------- attention_delta
+# ---------------------------------------------------------------- row_lse
 
 @triton.jit
-def delta_tile_kernel(o_ptr, do_ptr, d_ptr, n_rows, HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-                      BLOCK_D: tl.constexpr):
-    """A (BLOCK_ROWS, BLOCK_D) tile of the (B * h * T, d) rows per program."""
-    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    dims = tl.arange(0, BLOCK_D)
-    ok = (rows[:, None] < n_rows) & (dims[None, :] < HEAD_DIM)
-    at = rows[:, None] * HEAD_DIM + dims[None, :]
-    o = tl.load(o_ptr + at, mask=ok, other=0.0).to(tl.float32)
-    do = tl.load(do_ptr + at, mask=ok, other=0.0).to(tl.float32)
-    tl.store(d_ptr + rows, tl.sum(o * do, axis=1), mask=rows < n_rows)
+def lse_one_row_kernel(q_ptr, k_ptr, lse_ptr, Tq, Tk, scale, CAUSAL: tl.constexpr, D: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
+    """One program per query row, natural exponentials, keys in blocks; the base-2 value at the
+    end, ln(l) / ln 2 + m / ln 2."""
+    i = tl.program_id(0)
+    c = tl.arange(0, D)
+    q = tl.load(q_ptr + i * D + c)                                          # (D,)
+    m = float("-inf")
+    l = 0.0
+    last = Tk - Tq + i if CAUSAL else Tk - 1                               # the last key row i sees
+    for n in range(0, Tk, BLOCK_N):
+        j = n + tl.arange(0, BLOCK_N)
+        ok = (j < Tk) & (j <= last)
+        k = tl.load(k_ptr + j[:, None] * D + c[None, :], mask=ok[:, None], other=0.0)   # (BLOCK_N, D)
+        s = tl.where(ok, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        shift = tl.where(m_new > float("-inf"), m_new, 0.0)
+        l = l * tl.exp(m - shift) + tl.sum(tl.exp(s - shift), axis=0)
+        m = m_new
+    ln2 = 0.6931471805599453
+    tl.store(lse_ptr + i, tl.where(l > 0.0, (m + tl.log(tl.maximum(l, 1e-30))) / ln2, float("inf")))
 
 
-def delta_flat_rows(o, do):
-    B, H, T, d = o.shape
-    out = torch.empty(B, H, T, dtype=torch.float32)
-    n = B * H * T
-    rows = min(128, triton.next_power_of_2(n))
-    delta_tile_kernel[(triton.cdiv(n, rows),)](o.contiguous(), do.contiguous(), out, n, HEAD_DIM=d,
-                                               BLOCK_ROWS=rows, BLOCK_D=triton.next_power_of_2(d))
+def lse_one_row_per_program(q, k, is_causal):
+    Tq, d = q.shape
+    out = torch.empty(Tq, dtype=torch.float32)
+    lse_one_row_kernel[(Tq,)](q.contiguous(), k.contiguous(), out, Tq, k.shape[0], d ** -0.5, CAUSAL=is_causal,
+                              D=d, BLOCK_N=16)
     return out
 
 
 @triton.jit
-def delta_per_head_kernel(o_ptr, do_ptr, d_ptr, T, stride_head, stride_row, HEAD_DIM: tl.constexpr,
-                          BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    """One program per (batch, head): all its rows in one tile, read through the strides of
-    the inputs (no copy)."""
-    head = tl.program_id(0)
-    t = tl.arange(0, BLOCK_T)
-    c = tl.arange(0, BLOCK_D)
-    at = head * stride_head + t[:, None] * stride_row + c[None, :]
-    ok = (t[:, None] < T) & (c[None, :] < HEAD_DIM)
-    prod = tl.load(o_ptr + at, mask=ok, other=0.0).to(tl.float32) * tl.load(do_ptr + at, mask=ok, other=0.0).to(tl.float32)
-    tl.store(d_ptr + head * T + t, tl.sum(prod, axis=1), mask=t < T)
+def lse_two_pass_kernel(q_ptr, k_ptr, lse_ptr, Tq, Tk, scale2, CAUSAL: tl.constexpr, D: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Two passes over the keys: the row max first, then the sum relative to it (no rescale)."""
+    i = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    c = tl.arange(0, D)
+    q = tl.load(q_ptr + i[:, None] * D + c[None, :], mask=i[:, None] < Tq, other=0.0)
+    top = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    for n in range(0, Tk, BLOCK_N):
+        j = n + tl.arange(0, BLOCK_N)
+        k = tl.load(k_ptr + j[:, None] * D + c[None, :], mask=j[:, None] < Tk, other=0.0)
+        ok = (j[None, :] < Tk) & ((j[None, :] <= i[:, None] + Tk - Tq) | (not CAUSAL))
+        s = tl.where(ok, tl.dot(q, tl.trans(k), input_precision="ieee") * scale2, float("-inf"))
+        top = tl.maximum(top, tl.max(s, axis=1))
+    shift = tl.where(top > float("-inf"), top, 0.0)
+    total = tl.zeros([BLOCK_M], tl.float32)
+    for n in range(0, Tk, BLOCK_N):
+        j = n + tl.arange(0, BLOCK_N)
+        k = tl.load(k_ptr + j[:, None] * D + c[None, :], mask=j[:, None] < Tk, other=0.0)
+        ok = (j[None, :] < Tk) & ((j[None, :] <= i[:, None] + Tk - Tq) | (not CAUSAL))
+        s = tl.where(ok, tl.dot(q, tl.trans(k), input_precision="ieee") * scale2, float("-inf"))
+        total += tl.sum(tl.exp2(s - shift[:, None]), axis=1)
+    tl.store(lse_ptr + i, tl.where(total > 0.0, shift + tl.log2(tl.maximum(total, 1e-30)), float("inf")),
+             mask=i < Tq)
 
 
-def delta_per_head(o, do):
-    B, H, T, d = o.shape
-    o, do = o.reshape(B * H, T, d), do.reshape(B * H, T, d)
-    if o.stride() != do.stride() or o.stride(2) != 1:
-        o, do = o.contiguous(), do.contiguous()
-    out = torch.empty(B * H, T, dtype=torch.float32)
-    delta_per_head_kernel[(B * H,)](o, do, out, T, o.stride(0), o.stride(1), HEAD_DIM=d,
-                                    BLOCK_T=triton.next_power_of_2(T), BLOCK_D=triton.next_power_of_2(d))
-    return out.reshape(B, H, T)
+def lse_two_passes(q, k, is_causal):
+    Tq, d = q.shape
+    out = torch.empty(Tq, dtype=torch.float32)
+    lse_two_pass_kernel[(triton.cdiv(Tq, 32),)](q.contiguous(), k.contiguous(), out, Tq, k.shape[0],
+                                                math.log2(math.e) / math.sqrt(d), CAUSAL=is_causal, D=d,
+                                                BLOCK_M=32, BLOCK_N=16)
+    return out
 
 
 # ---------------------------------------------------------------- fixed_attention
@@ -186,10 +207,33 @@ def attention_single_tile(q, k, v, is_causal):
     return out
 
 
+def tiles_by_rows():
+    """Row by row: the last key each row sees, then, per block of 64 rows, the key blocks of its
+    last row."""
+    Tq, Tk, b = 600, 1000, 64
+    return sum((min(i0 + b, Tq) - 1 + Tk - Tq) // b + 1 for i0 in range(0, Tq, b))
+
+
+def tiles_written_down():
+    """Blocks 0..8 of 64 rows see 8..16 key blocks; the short tenth block, 16: 8 + 9 + ... + 16 + 16."""
+    return sum(range(8, 17)) + 16
+
+
+def tiles_wrong_half_of_all():
+    """Half the grid, as for a square causal mask."""
+    return 10 * 16 // 2
+
+
+def tiles_wrong_masked_only():
+    """Only the tiles the diagonal cuts, one per block of rows (or two)."""
+    return 10
+
+
 CORRECT = {
     "kernels.row_softmax": [softmax_one_row_per_program, softmax_online_in_chunks],
-    "kernels.attention_delta": [delta_flat_rows, delta_per_head],
+    "kernels.row_lse": [lse_one_row_per_program, lse_two_passes],
     "kernels.fixed_attention": [attention_fixed_blocks, attention_single_tile],
+    "kernels.tiles_visited": [tiles_by_rows, tiles_written_down],
 }
 
 
@@ -270,49 +314,104 @@ def softmax_forbidden_torch(x):
     return torch.softmax(x.float(), dim=-1).nan_to_num(0.0).to(x.dtype)
 
 
-# ---------------------------------------------------------------- attention_delta
+# ---------------------------------------------------------------- row_lse
 
 @triton.jit
-def delta_input_dtype_kernel(o_ptr, do_ptr, d_ptr, n_rows, HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-                             BLOCK_D: tl.constexpr):
-    """The products and their sum in the inputs' dtype (no .to(tl.float32) after the loads);
-    only the store converts to float32."""
-    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    dims = tl.arange(0, BLOCK_D)
-    ok = (rows[:, None] < n_rows) & (dims[None, :] < HEAD_DIM)
-    at = rows[:, None] * HEAD_DIM + dims[None, :]
-    o = tl.load(o_ptr + at, mask=ok, other=0.0)
-    do = tl.load(do_ptr + at, mask=ok, other=0.0)
-    tl.store(d_ptr + rows, tl.sum(o * do, axis=1), mask=rows < n_rows)
+def lse_variant_kernel(q_ptr, k_ptr, lse_ptr, Tq, Tk, scale, EMPTY: tl.constexpr, NATURAL: tl.constexpr,
+                       RESCALE: tl.constexpr, CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
+    """The log-sum-exp with a choice of slips: EMPTY (what a row with no key saves), NATURAL (the
+    natural logarithm, not base 2), RESCALE (False: the running sum never rescaled)."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    c = tl.arange(0, D)
+    q = tl.load(q_ptr + i[:, None] * D + c[None, :], mask=i[:, None] < Tq, other=0.0)
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK], tl.float32)
+    for n in range(0, Tk, BLOCK):
+        j = n + tl.arange(0, BLOCK)
+        k = tl.load(k_ptr + j[:, None] * D + c[None, :], mask=j[:, None] < Tk, other=0.0)
+        ok = j[None, :] < Tk
+        if CAUSAL:
+            ok = ok & (j[None, :] <= i[:, None] + Tk - Tq)
+        s = tl.where(ok, tl.dot(q, tl.trans(k), input_precision="ieee") * scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        shift = tl.where(m_new > float("-inf"), m_new, 0.0)
+        if RESCALE:
+            l = l * tl.exp(m - shift)
+        l = l + tl.sum(tl.exp(s - shift[:, None]), axis=1)
+        m = m_new
+    lse = m + tl.log(tl.maximum(l, 1e-30))
+    if not NATURAL:
+        lse = lse * 1.4426950408889634
+    tl.store(lse_ptr + i, tl.where(l > 0.0, lse, EMPTY), mask=i < Tq)
 
 
-def delta_summed_in_half(o, do):
-    B, H, T, d = o.shape
-    out = torch.empty(B, H, T, dtype=torch.float32)
-    n = B * H * T
-    delta_input_dtype_kernel[(triton.cdiv(n, 32),)](o.contiguous(), do.contiguous(), out, n, HEAD_DIM=d,
-                                                   BLOCK_ROWS=32, BLOCK_D=triton.next_power_of_2(d))
+def _lse_variant(q, k, is_causal, *, empty=float("inf"), natural=False, rescale=True):
+    Tq, d = q.shape
+    out = torch.empty(Tq, dtype=torch.float32)
+    lse_variant_kernel[(triton.cdiv(Tq, 16),)](q.contiguous(), k.contiguous(), out, Tq, k.shape[0], d ** -0.5,
+                                               EMPTY=empty, NATURAL=natural, RESCALE=rescale, CAUSAL=is_causal,
+                                               D=d, BLOCK=16)
     return out
 
 
-def delta_floor_division_grid(o, do):
-    """n // BLOCK_ROWS programs instead of cdiv(n, BLOCK_ROWS): the last, partial block of rows
-    is never computed (and fewer rows than a block get no program at all)."""
-    B, H, T, d = o.shape
-    out = torch.zeros(B, H, T, dtype=torch.float32)
-    n = B * H * T
-    delta_tile_kernel[(n // 16,)](o.contiguous(), do.contiguous(), out, n, HEAD_DIM=d, BLOCK_ROWS=16,
-                                  BLOCK_D=triton.next_power_of_2(d))
+def lse_wrong_minus_inf_for_empty_rows(q, k, is_causal):
+    return _lse_variant(q, k, is_causal, empty=float("-inf"))
+
+
+def lse_wrong_natural_log(q, k, is_causal):
+    return _lse_variant(q, k, is_causal, natural=True)
+
+
+def lse_wrong_no_rescale(q, k, is_causal):
+    return _lse_variant(q, k, is_causal, rescale=False)
+
+
+def lse_wrong_noop_kernel_beside_torch(q, k, is_causal):
+    """A kernel that does nothing, launched, and the answer computed with torch around it."""
+    out = torch.empty(q.shape[0], dtype=torch.float32)
+    nothing_kernel[(1,)](out)
+    s = q @ k.T / q.shape[1] ** 0.5
+    if is_causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).tril(k.shape[0] - q.shape[0]).logical_not(),
+                          float("-inf"))
+    top = s.amax(dim=-1, keepdim=True).clamp_min(-1e30)
+    lse = (top.squeeze(-1) + torch.exp(s - top).sum(dim=-1).log()) * 1.4426950408889634
+    return torch.where(torch.isneginf(lse), torch.full_like(lse, float("inf")), lse)
+
+
+@triton.jit
+def nothing_kernel(x_ptr):
+    """Does nothing: the launch counts, the work does not."""
+    pass
+
+
+def softmax_wrong_noop_kernel_beside_torch(x):
+    out = torch.empty_like(x)
+    nothing_kernel[(1,)](out)
+    x32 = x.float()
+    top = x32.amax(dim=-1, keepdim=True)
+    e = torch.exp(x32 - torch.where(torch.isneginf(top), torch.zeros_like(top), top))
+    out.copy_((e / e.sum(dim=-1, keepdim=True).clamp_min(1e-30)).to(x.dtype))
     return out
 
 
-def delta_block_of_d_lanes(o, do):
-    """A block of d lanes: tl.arange needs a power of two, so any other d fails."""
-    B, H, T, d = o.shape
-    out = torch.empty(B, H, T, dtype=torch.float32)
-    n = B * H * T
-    delta_tile_kernel[(triton.cdiv(n, 16),)](o.contiguous(), do.contiguous(), out, n, HEAD_DIM=d, BLOCK_ROWS=16,
-                                             BLOCK_D=d)
+@triton.jit
+def softmax_fixed_lanes_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+    top = tl.max(x, 0)
+    e = tl.exp(x - tl.where(top == float("-inf"), 0.0, top))
+    total = tl.sum(e, 0)
+    tl.store(out_ptr + row * n_cols + cols, (e / tl.where(total == 0.0, 1.0, total)).to(out_ptr.dtype.element_ty),
+             mask=cols < n_cols)
+
+
+def softmax_wrong_64_lanes(x):
+    """Always a block of 64 lanes: the columns past 64 are never read."""
+    x = x.contiguous()
+    out = torch.zeros_like(x)
+    softmax_fixed_lanes_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=64)
     return out
 
 
@@ -374,6 +473,57 @@ def attention_keys_past_tk_as_minus_inf(q, k, v, is_causal):
     return _launch_variant(q, k, v, is_causal, k.shape[0] - q.shape[0], False, float("-inf"))
 
 
+def attention_wrong_noop_kernel_beside_torch(q, k, v, is_causal):
+    out = torch.empty_like(q)
+    nothing_kernel[(1,)](out)
+    s = q @ k.T / q.shape[1] ** 0.5
+    if is_causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).tril(k.shape[0] - q.shape[0]).logical_not(),
+                          float("-inf"))
+    w = torch.exp(s - s.amax(-1, keepdim=True).clamp_min(-1e30))
+    return (w / w.sum(-1, keepdim=True).clamp_min(1e-30)) @ v
+
+
+@triton.jit
+def attention_one_tile_of_32_kernel(q_ptr, k_ptr, v_ptr, o_ptr, Tq, Tk, scale, CAUSAL: tl.constexpr,
+                                    D: tl.constexpr):
+    """16 rows and one tile of 32 keys, no loop over key blocks: the keys from 32 on are never read."""
+    i = tl.program_id(0) * 16 + tl.arange(0, 16)
+    j = tl.arange(0, 32)
+    c = tl.arange(0, D)
+    q = tl.load(q_ptr + i[:, None] * D + c[None, :], mask=i[:, None] < Tq, other=0.0)
+    k = tl.load(k_ptr + j[:, None] * D + c[None, :], mask=j[:, None] < Tk, other=0.0)
+    v = tl.load(v_ptr + j[:, None] * D + c[None, :], mask=j[:, None] < Tk, other=0.0)
+    ok = j[None, :] < Tk
+    if CAUSAL:
+        ok = ok & (j[None, :] <= i[:, None] + Tk - Tq)
+    s = tl.where(ok, tl.dot(q, tl.trans(k), input_precision="ieee") * scale, float("-inf"))
+    top = tl.max(s, axis=1)
+    p = tl.exp(s - tl.where(top > float("-inf"), top, 0.0)[:, None])
+    total = tl.sum(p, axis=1)
+    out = tl.dot(p, v, input_precision="ieee") / tl.where(total > 0.0, total, 1.0)[:, None]
+    tl.store(o_ptr + i[:, None] * D + c[None, :], out, mask=i[:, None] < Tq)
+
+
+def attention_wrong_one_tile_of_32_keys(q, k, v, is_causal):
+    out = torch.empty_like(q)
+    attention_one_tile_of_32_kernel[(triton.cdiv(q.shape[0], 16),)](q.contiguous(), k.contiguous(), v.contiguous(),
+                                                                    out, q.shape[0], k.shape[0], q.shape[1] ** -0.5,
+                                                                    CAUSAL=is_causal, D=q.shape[1])
+    return out
+
+
+def lse_forbidden_torch_logsumexp(q, k, is_causal):
+    out = torch.empty(q.shape[0], dtype=torch.float32)
+    nothing_kernel[(1,)](out)
+    s = q @ k.T / q.shape[1] ** 0.5
+    if is_causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).tril(k.shape[0] - q.shape[0]).logical_not(),
+                          float("-inf"))
+    lse = torch.logsumexp(s, dim=-1) / math.log(2)
+    return torch.where(torch.isneginf(lse), torch.full_like(lse, float("inf")), lse)
+
+
 def attention_forbidden_sdpa(q, k, v, is_causal):
     Tq, Tk = q.shape[0], k.shape[0]
     mask = torch.ones(Tq, Tk, dtype=torch.bool).tril(Tk - Tq) if is_causal else None
@@ -382,13 +532,18 @@ def attention_forbidden_sdpa(q, k, v, is_causal):
 
 
 WRONG = {
-    "kernels.row_softmax": [softmax_float32_out, softmax_exp2_without_log2e, softmax_reduced_over_the_wrong_axis],
-    "kernels.attention_delta": [delta_summed_in_half, delta_floor_division_grid, delta_block_of_d_lanes],
+    "kernels.row_softmax": [softmax_float32_out, softmax_exp2_without_log2e, softmax_reduced_over_the_wrong_axis,
+                            softmax_wrong_noop_kernel_beside_torch, softmax_wrong_64_lanes],
+    "kernels.row_lse": [lse_wrong_minus_inf_for_empty_rows, lse_wrong_natural_log, lse_wrong_no_rescale,
+                        lse_wrong_noop_kernel_beside_torch],
     "kernels.fixed_attention": [attention_as_given, attention_offset_sign_flipped,
-                                attention_keys_past_tk_as_minus_inf],
+                                attention_keys_past_tk_as_minus_inf, attention_wrong_noop_kernel_beside_torch,
+                                attention_wrong_one_tile_of_32_keys],
+    "kernels.tiles_visited": [tiles_wrong_half_of_all, tiles_wrong_masked_only],
 }
 
 FORBIDDEN = {
     "kernels.row_softmax": [softmax_forbidden_tl_softmax, softmax_forbidden_torch],
     "kernels.fixed_attention": [attention_forbidden_sdpa],
+    "kernels.row_lse": [lse_forbidden_torch_logsumexp],
 }

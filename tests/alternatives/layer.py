@@ -163,11 +163,31 @@ def fuse_einops_like(w_heads):
     return w_heads.unflatten(1, (3, three_d // 3)).permute(1, 0, 2, 3).flatten(0, 2)
 
 
+def dropout_spread_binomial():
+    """The number of survivors is binomial(16, 0.8); the sum is that number / (16 * 0.8)."""
+    n, keep = 16, 0.8
+    return (n * keep * (1 - keep)) ** 0.5 / (n * keep)
+
+
+def dropout_spread_written_down():
+    return 0.125
+
+
+def dropout_spread_wrong_p_over_n():
+    """sqrt(p / n), the rescaling forgotten on one side."""
+    return (0.2 / 16) ** 0.5
+
+
+def dropout_spread_wrong_guess():
+    return 0.2
+
+
 CORRECT = {
     "layer.concat_heads": [concat_cat, concat_einsum, concat_sum_of_heads],
     "layer.split_qkv_gqa": [gqa_split_slices, gqa_split_loops, gqa_split_one_view],
     "layer.attention_dropout": [dropout_where, dropout_masked_fill, dropout_numpy],
     "layer.fuse_head_weights": [fuse_cat, fuse_index, fuse_einops_like],
+    "layer.dropout_row_spread": [dropout_spread_binomial, dropout_spread_written_down],
 }
 
 WRONG = {
@@ -176,4 +196,39 @@ WRONG = {
     "layer.attention_dropout": [dropout_wrong_survivors_unscaled_in_place, dropout_wrong_expected_value,
                                 dropout_wrong_renormalised],
     "layer.fuse_head_weights": [fuse_wrong_heads_reversed, fuse_wrong_roles_interleaved, fuse_wrong_v_first],
+    "layer.dropout_row_spread": [dropout_spread_wrong_p_over_n, dropout_spread_wrong_guess],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def concat_wrong_mean_of_heads(heads, w_o):
+    """The heads averaged, the average repeated h times, then projected."""
+    h = heads.shape[0]
+    return heads.mean(dim=0).repeat(1, 1, h) @ w_o.T
+
+
+def gqa_split_wrong_v_first(qkv, num_heads, num_kv_heads):
+    """[q, v, k]: the values taken from the middle part."""
+    B, T, width = qkv.shape
+    d = width // (num_heads + 2 * num_kv_heads)
+    q, k, v = qkv.split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
+    heads = lambda t, n: t.reshape(B, T, n, d).transpose(1, 2)    # noqa: E731
+    return heads(q, num_heads), heads(v, num_kv_heads), heads(k, num_kv_heads)
+
+
+def dropout_wrong_mask_then_softmax(weights, keep, p):
+    """Drops weights, then renormalises with a softmax of the kept weights."""
+    return torch.softmax(weights.masked_fill(~keep, float("-inf")), dim=-1) / (1 - p)
+
+
+def fuse_wrong_transposed_blocks(w_heads):
+    h, three_d, C = w_heads.shape
+    d = three_d // 3
+    return w_heads.view(h, 3, d, C).transpose(0, 1).transpose(2, 1).reshape(3 * h * d, C)
+
+
+WRONG["layer.concat_heads"] += [concat_wrong_mean_of_heads]
+WRONG["layer.split_qkv_gqa"] += [gqa_split_wrong_v_first]
+WRONG["layer.attention_dropout"] += [dropout_wrong_mask_then_softmax]
+WRONG["layer.fuse_head_weights"] += [fuse_wrong_transposed_blocks]

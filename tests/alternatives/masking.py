@@ -133,3 +133,27 @@ WRONG = {
 FORBIDDEN = {
     "masking.causal_mask": [causal_mask_forbidden_torch_bias],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def causal_mask_wrong_le_q_len(q_len, k_len):
+    """The offset taken as k_len - q_len + 1."""
+    return torch.ones(q_len, k_len, dtype=torch.bool).tril(diagonal=k_len - q_len + 1)
+
+
+def masked_softmax_wrong_nan_kept(scores, mask):
+    """-inf fill and softmax, the NaN of empty rows left in."""
+    work = torch.promote_types(scores.dtype, torch.float32)
+    return torch.softmax(scores.to(work).masked_fill(~mask, float("-inf")), dim=-1).to(scores.dtype)
+
+
+def decoder_mask_wrong_lengths_as_rows(lengths, max_len):
+    """Padding by query rows AND the causal part as j < i."""
+    pos = torch.arange(max_len)
+    return ((pos[None, :] < pos[:, None])[None] & (pos[None, :] < lengths[:, None])[:, :, None])[:, None]
+
+
+WRONG["masking.causal_mask"] += [causal_mask_wrong_le_q_len]
+WRONG["masking.masked_softmax"] += [masked_softmax_wrong_nan_kept]
+WRONG["masking.decoder_mask"] += [decoder_mask_wrong_lengths_as_rows]

@@ -83,3 +83,21 @@ WRONG = {
 FORBIDDEN = {
     "onehead.stable_softmax": [softmax_forbidden_torch, softmax_forbidden_method, softmax_forbidden_logsumexp],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def softmax_wrong_sum_keepdim_false(scores):
+    """The row sums without keepdim: they line up with the columns."""
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1)
+
+
+def softmax_wrong_log_space_sign(scores):
+    """log-softmax by hand with the sign of the log-sum flipped."""
+    m = scores.amax(dim=-1, keepdim=True)
+    lse = m + torch.log(torch.exp(scores - m).sum(dim=-1, keepdim=True))
+    return torch.exp(scores + lse)
+
+
+WRONG["onehead.stable_softmax"] += [softmax_wrong_sum_keepdim_false, softmax_wrong_log_space_sign]

@@ -18,27 +18,32 @@ def mha_params_per_head(embed_dim, num_heads, bias):
     return weights + 4 * embed_dim * int(bias)
 
 
-# ---------------------------------------------------------------- gqa_params
+# ---------------------------------------------------------------- cross_gqa_params
 
-def gqa_params_matrix_shapes(embed_dim, num_heads, num_kv_heads, bias):
+def cross_gqa_params_matrix_shapes(embed_dim, num_heads, num_kv_heads, kdim, bias):
     """Sum over the shapes (in, out) of W_Q, W_K, W_V, W_O."""
     kv = num_kv_heads * (embed_dim // num_heads)
-    shapes = [(embed_dim, embed_dim), (embed_dim, kv), (embed_dim, kv), (embed_dim, embed_dim)]
+    shapes = [(embed_dim, embed_dim), (kdim, kv), (kdim, kv), (embed_dim, embed_dim)]
     return sum(i * o + (o if bias else 0) for i, o in shapes)
 
 
-def gqa_params_per_head(embed_dim, num_heads, num_kv_heads, bias):
+def cross_gqa_params_per_head(embed_dim, num_heads, num_kv_heads, kdim, bias):
     """Query heads and key/value heads counted one by one."""
     d_h = embed_dim // num_heads
     per_query_head = embed_dim * d_h + d_h * embed_dim      # its W_Q columns and W_O rows
-    per_kv_head = 2 * embed_dim * d_h                       # its W_K and W_V columns
+    per_kv_head = 2 * kdim * d_h                            # its W_K and W_V columns, from the encoder
     total = num_heads * per_query_head + num_kv_heads * per_kv_head
     if bias:
         total += num_heads * d_h + 2 * num_kv_heads * d_h + embed_dim
     return total
 
 
-# ---------------------------------------------------------------- kv_cache_bytes
+def cross_gqa_params_torch_shapes(embed_dim, num_heads, num_kv_heads, kdim, bias):
+    """The shapes nn.Linear would give each projection, (out, in), multiplied out."""
+    kv = embed_dim * num_kv_heads // num_heads
+    layers = {"q": (embed_dim, embed_dim), "k": (kv, kdim), "v": (kv, kdim), "o": (embed_dim, embed_dim)}
+    return int(sum(math.prod(shape) + shape[0] * bias for shape in layers.values()))
+
 
 def mha_params_wrong_heads(embed_dim, num_heads, bias):
     """Counts one C x d_h block per projection."""
@@ -55,22 +60,28 @@ def mha_params_wrong_bias_per_head(embed_dim, num_heads, bias):
     return 4 * embed_dim * embed_dim + (4 * num_heads if bias else 0)
 
 
-def gqa_params_wrong_kv_heads_width(embed_dim, num_heads, num_kv_heads, bias):
-    """K/V heads as wide as C // num_kv_heads."""
+def cross_gqa_params_wrong_kv_heads_width(embed_dim, num_heads, num_kv_heads, kdim, bias):
+    """K/V heads as wide as C // num_kv_heads: the key/value projections keep embed_dim features."""
     kv = num_kv_heads * (embed_dim // num_kv_heads)
-    return 2 * embed_dim * embed_dim + 2 * embed_dim * kv + ((2 * embed_dim + 2 * kv) if bias else 0)
+    return 2 * embed_dim * embed_dim + 2 * kdim * kv + ((2 * embed_dim + 2 * kv) if bias else 0)
 
 
-def gqa_params_wrong_o_shrinks(embed_dim, num_heads, num_kv_heads, bias):
-    """Shrinks W_O with W_K and W_V."""
+def cross_gqa_params_wrong_encoder_everywhere(embed_dim, num_heads, num_kv_heads, kdim, bias):
+    """Every projection reads the encoder's kdim features, W_O included."""
     kv = num_kv_heads * (embed_dim // num_heads)
-    return embed_dim * embed_dim + 3 * embed_dim * kv + ((embed_dim + 3 * kv) if bias else 0)
+    return 2 * kdim * embed_dim + 2 * kdim * kv + ((2 * embed_dim + 2 * kv) if bias else 0)
 
 
-def gqa_params_wrong_float(embed_dim, num_heads, num_kv_heads, bias):
+def cross_gqa_params_wrong_float(embed_dim, num_heads, num_kv_heads, kdim, bias):
     """Right count, as a float."""
     kv = num_kv_heads * embed_dim / num_heads
-    return 2 * embed_dim * embed_dim + 2 * embed_dim * kv + ((2 * embed_dim + 2 * kv) if bias else 0)
+    return 2 * embed_dim * embed_dim + 2 * kdim * kv + ((2 * embed_dim + 2 * kv) if bias else 0)
+
+
+def cross_gqa_params_wrong_one_bias_vector(embed_dim, num_heads, num_kv_heads, kdim, bias):
+    """One bias vector of embed_dim for the whole layer."""
+    kv = num_kv_heads * (embed_dim // num_heads)
+    return 2 * embed_dim * embed_dim + 2 * kdim * kv + (embed_dim if bias else 0)
 
 
 # ---------------------------------------------------------------- max_kv_heads
@@ -122,12 +133,38 @@ def max_kv_heads_wrong_gib(memory_bytes, layers, num_heads, head_dim, seq_len, b
 
 CORRECT = {
     "params.mha_params": [mha_params_per_projection, mha_params_per_head],
-    "params.gqa_params": [gqa_params_matrix_shapes, gqa_params_per_head],
+    "params.cross_gqa_params": [cross_gqa_params_matrix_shapes, cross_gqa_params_per_head,
+                                cross_gqa_params_torch_shapes],
     "params.max_kv_heads": [max_kv_heads_descending, max_kv_heads_floor_then_divisor, max_kv_heads_per_token],
 }
 
 WRONG = {
     "params.mha_params": [mha_params_wrong_heads, mha_params_wrong_fused_qkv, mha_params_wrong_bias_per_head],
-    "params.gqa_params": [gqa_params_wrong_kv_heads_width, gqa_params_wrong_o_shrinks, gqa_params_wrong_float],
+    "params.cross_gqa_params": [cross_gqa_params_wrong_kv_heads_width, cross_gqa_params_wrong_encoder_everywhere,
+                                cross_gqa_params_wrong_float, cross_gqa_params_wrong_one_bias_vector],
     "params.max_kv_heads": [max_kv_heads_wrong_power_of_two, max_kv_heads_wrong_at_least_one, max_kv_heads_wrong_gib],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def mha_params_wrong_bias_once(embed_dim, num_heads, bias):
+    """One bias vector for the whole layer."""
+    return 4 * embed_dim * embed_dim + (embed_dim if bias else 0)
+
+
+def cross_gqa_params_wrong_kdim_everywhere_out(embed_dim, num_heads, num_kv_heads, kdim, bias):
+    """K and V keep the encoder's width kdim for input and output."""
+    return 2 * embed_dim * embed_dim + 2 * kdim * kdim + ((2 * embed_dim + 2 * kdim) if bias else 0)
+
+
+def max_kv_heads_wrong_bits(memory_bytes, layers, num_heads, head_dim, seq_len, batch, bytes_per_element):
+    """Bytes counted as bits (8 per byte)."""
+    unit = 2 * layers * head_dim * seq_len * batch * bytes_per_element * 8
+    fits = [g for g in range(1, num_heads + 1) if num_heads % g == 0 and g * unit <= memory_bytes]
+    return max(fits, default=0)
+
+
+WRONG["params.mha_params"] += [mha_params_wrong_bias_once]
+WRONG["params.cross_gqa_params"] += [cross_gqa_params_wrong_kdim_everywhere_out]
+WRONG["params.max_kv_heads"] += [max_kv_heads_wrong_bits]

@@ -128,3 +128,30 @@ WRONG = {
     "why.ablate_head": [ablate_wrong_in_place_weights, ablate_wrong_in_place_heads, ablate_wrong_rescaled],
     "why.attention_share": [share_wrong_max, share_wrong_median, share_wrong_first_query_only],
 }
+
+
+# ---------------------------------------------------------------- more held-out wrong answers
+
+def combine_wrong_stack_then_flatten(head_outputs, w_o):
+    """torch.stack over a new last axis, then flatten: features interleaved across heads."""
+    return torch.stack(list(head_outputs), dim=-1).flatten(1) @ w_o
+
+
+def ablate_wrong_head_output_zeroed_and_rescaled(head_outputs, w_o, head):
+    """The removed head replaced by the mean of the others."""
+    others = torch.cat([head_outputs[:head], head_outputs[head + 1:]]).mean(dim=0, keepdim=True)
+    x = head_outputs.clone()
+    x[head] = others[0]
+    return torch.cat(list(x), dim=-1) @ w_o
+
+
+def share_wrong_sum_over_keys(weights, positions):
+    """Sums the weights of every key up to positions[i]."""
+    T = weights.shape[-1]
+    upto = torch.arange(T)[None, :] <= positions[:, None]
+    return (weights * upto).sum(dim=-1).mean(dim=-1)
+
+
+WRONG["why.combine_heads"] += [combine_wrong_stack_then_flatten]
+WRONG["why.ablate_head"] += [ablate_wrong_head_output_zeroed_and_rescaled]
+WRONG["why.attention_share"] += [share_wrong_sum_over_keys]

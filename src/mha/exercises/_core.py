@@ -10,6 +10,7 @@ grader's sandbox sends back, so this layer never depends on the grader).
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -46,12 +47,20 @@ class Case:
         return tuple(noncontiguous(a) if i in self.noncontiguous else a for i, a in enumerate(args))
 
 
+# The form of the course's own mistake names (tests/test_exercises.py holds every one to it);
+# an instructor's may be any short text.
+MAX_NAME = 24
+NAME = re.compile(rf"(?=.{{1,{MAX_NAME}}}$)[a-z0-9]+(-[a-z0-9]+)*")
+
+
 @dataclass
 class Mistake:
     """A classic wrong answer: ``wrong(*args)`` computes it; ``hint`` explains it.
 
-    ``name``: a short, stable name for reports (default: its place in the exercise's list,
-    "mistake 1", "mistake 2", ...); ``section``: where the point is taught, for the class
+    ``name``: a short, stable label, unique within its exercise, which ``check`` shows with the
+    hint and the class report counts the mistake by (every mistake of the course has one, of
+    lowercase words joined by '-', e.g. ``"no-scale"``; an instructor's may go without, and is
+    then called by its place in the list, "mistake 1", "mistake 2", ...); ``section``: where the point is taught, for the class
     report's link (a URL, or ``"<lesson>#<anchor>"`` for the course's lessons)."""
 
     hint: str
@@ -111,8 +120,8 @@ UNWATCHED = ("overrides", "DisableTorchFunction", "DisableTorchFunctionSubclass"
 
 
 # What a call that launched no Triton kernel is told, where the exercise asks for one.
-NO_KERNEL = ("right values, but no Triton kernel was launched: this exercise asks for the computation in "
-             "a @triton.jit kernel that the function launches (kernel[grid](...))")
+NO_KERNEL = ("right values, but no Triton kernel was launched: this exercise asks for the result to be "
+             "computed by a @triton.jit kernel that the function launches (kernel[grid](...))")
 
 
 @dataclass
@@ -128,7 +137,7 @@ class Exercise:
     reference: Callable
     public: Callable[[torch.Generator], list[Case]]
     hidden: Callable[[torch.Generator], list[Case]]
-    answer: str = "tensor"  # "tensor", "int" or "shapes": how answers are compared
+    answer: str = "tensor"  # "tensor", "tensors", "int", "shapes" or "number": how answers are compared
     mistakes: tuple[Mistake, ...] = ()
     forbidden: tuple[str, ...] = ()
     explain: Callable[[Case, Outcome], str | None] | None = None
@@ -153,10 +162,23 @@ class Exercise:
     # is plain torch, so that expected values need no Triton): the dotted name of a function
     # that is, imported when asked for (see model_answer)
     model: str = ""
+    # for answer="number" (a prediction): the largest relative error that still counts as right
+    # (0: exactly); the statement states it
+    tolerance: float = 0.0
 
     def __post_init__(self):
+        names = [m.name for m in self.mistakes if m.name]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"exercise {self.id}: two mistakes are named {twice[0]!r}; names must differ")
         if self.audit is not None:  # what could switch the recording off is refused before running
             self.forbidden = tuple(self.forbidden) + tuple(n for n in UNWATCHED if n not in self.forbidden)
+
+    @property
+    def prediction(self) -> bool:
+        """A prediction exercise: the answer is a number the student works out before the page
+        measures it; there is nothing hidden to draw (one public check, no hidden ones)."""
+        return self.answer == "number"
 
     @property
     def signature(self) -> str:
@@ -216,11 +238,12 @@ class Exercise:
 
         def fail(problem: str, detail: str = "", hint: str | None = None, shown: str | None = None,
                  mistake: int | None = None) -> Verdict:
-            neutral = _with_hint(problem, hint) if hint else problem
+            label = self.mistakes[mistake].name if mistake is not None else ""
+            neutral = _with_hint(problem, hint, label) if hint else problem
             shown = shown if (reveal and shown) else problem
             if reveal and detail:
                 shown = f"{shown}: {detail}"
-            return Verdict(False, _with_hint(shown, hint) if hint else shown, case.hidden,
+            return Verdict(False, _with_hint(shown, hint, label) if hint else shown, case.hidden,
                            case.raises is not None, neutral, mistake, bool(hint) and mistake is None)
 
         if outcome.status == "missing":
@@ -235,10 +258,10 @@ class Exercise:
                         "its inputs as they were; work on a copy (.clone()) or out of place")
         if case.raises:
             if outcome.status == "raised" and case.raises in (outcome.error_type, *outcome.error_bases):
-                if not all(n in outcome.error_message for n in case.names):
+                if not self._names_arguments(case, outcome.error_message):
                     wanted = " and ".join(f"`{n}`" for n in case.names)
-                    return fail(f"raises {case.raises}, but its message does not name {wanted}: say "
-                                "which argument is wrong and what would be valid")
+                    return fail(f"raises {case.raises}, but its message does not name {wanted} (or give their "
+                                "values): say which argument is wrong and what would be valid")
                 return Verdict(True, f"raises {case.raises}", case.hidden, True)
             got = (f"raised {safe_error_name(outcome.error_type, False)}" if outcome.status == "raised"
                    else f"returned {outcome.value.describe(False)}")
@@ -252,12 +275,15 @@ class Exercise:
             return fail("returned a tensor on another device than its inputs': keep the result on "
                         "the inputs' device (here the CPU)")
         expected = self.expected(case) if expected is None else expected
-        ok, problem, detail = compare(self.answer, expected, outcome.value)
+        ok, problem, detail = compare(self.answer, expected, outcome.value, self.tolerance)
         if not ok:
             k = self._named_mistake(case, outcome.value, mistake_values)
             if k is not None:
                 return fail(problem, detail, self.mistakes[k].hint, mistake=k)
-            return fail(problem, detail, self._explain(case, outcome))
+            return fail(problem, detail, self._explain(case, outcome) or value_diagnosis(self.answer, expected,
+                                                                                          outcome.value))
+        if self.kernel and not outcome.launches:
+            return fail(NO_KERNEL)
         if self.audit is not None:
             try:
                 found = self.audit(case, outcome.trace or ())
@@ -265,15 +291,22 @@ class Exercise:
                 found = f"the checks could not follow how the result was computed ({type(e).__name__})"
             if found:
                 return fail(f"right values, computed the wrong way: {found}")
-        if self.kernel and not outcome.launches:
-            return fail(NO_KERNEL)
         return Verdict(True, "correct", case.hidden, False)
 
+    def _names_arguments(self, case: Case, message: str) -> bool:
+        """Whether an error message names the arguments at fault: by name (``embed_dim``), or by
+        the values they have in this call ("C=10 is not divisible by h=3")."""
+        if all(n in message for n in case.names):
+            return True
+        values = [case.args[self.params.index(n)] for n in case.names if n in self.params]
+        return len(values) == len(case.names) and all(
+            re.search(rf"(?<![\w.]){re.escape(str(v))}(?![\w]|\.\d)", message) for v in values)
+
     def _explain(self, case: Case, outcome: Outcome) -> str | None:
-        if self.explain is None:
-            return None
+        """The exercise's own diagnosis of a failed outcome, else the course-wide one."""
         try:
-            return self.explain(case, outcome)
+            found = self.explain(case, outcome) if self.explain is not None else None
+            return found or common_diagnosis(outcome)
         except Exception:  # a hint must never break grading
             return None
 
@@ -284,13 +317,224 @@ class Exercise:
         them apart, and naming one could name the wrong one)."""
         values = self.mistake_values(case) if values is None else values
         found = [k for k, (m, wrong) in enumerate(zip(self.mistakes, values))
-                 if wrong is not None and compare(self.answer, wrong, got)[0]]
+                 if wrong is not None and compare(self.answer, wrong, got, self.tolerance)[0]]
         return found[0] if len({self.mistakes[k].hint for k in found}) == 1 else None
 
     def _mistake_hint(self, case: Case, got: Value, values: list | None = None) -> str | None:
         """The hint of :meth:`_named_mistake`, or None."""
         k = self._named_mistake(case, got, values)
         return None if k is None else self.mistakes[k].hint
+
+
+def common_diagnosis(outcome: Outcome) -> str | None:
+    """Hints that fit every exercise, from the error an answer raised."""
+    if outcome.status != "raised":
+        return None
+    msg = outcome.error_message
+    if ("bitwise_" in msg or "logical_" in msg) and "not implemented for" in msg and "'Bool'" not in msg:
+        return ("&, | and ~ combine masks of dtype torch.bool, and one of yours holds numbers (torch.ones, "
+                "torch.zeros and tril give float32 by default): make every mask torch.bool, with "
+                "torch.ones(..., dtype=torch.bool) or from a comparison such as j <= i")
+    if "masked_fill_ only supports boolean masks" in msg:
+        return ("masked_fill takes a mask of dtype torch.bool: build it with torch.ones(..., dtype=torch.bool) "
+                "or from a comparison such as j <= i")
+    if "arange's range must be a power of 2" in msg:
+        return ("tl.arange(0, BLOCK) needs a power of two: take BLOCK = triton.next_power_of_2(n) and mask "
+                "the lanes past n")
+    return None
+
+
+def value_diagnosis(answer: str, expected: Value, got: Value) -> str | None:
+    """What a wrong value has in common with the right one, where no listed mistake and no
+    diagnosis of the exercise's own explains it: the same values up to one factor, transposed,
+    in another order, a mask that is wrong only on a diagonal... Words only: it is shown for
+    hidden checks too, so it never quotes a value."""
+    try:
+        with np.errstate(all="ignore"):
+            return _value_diagnosis(answer, expected, got)
+    except Exception:  # a diagnosis must never break grading
+        return None
+
+
+def _value_diagnosis(answer: str, expected: Value, got: Value) -> str | None:
+    if answer == "tensors" and got.kind in ("tuple", "list") and got.length == len(expected.data):
+        for k, (want, have) in enumerate(zip(expected.data, got.data)):
+            if not _compare_tensor(want, have)[0]:
+                found = _tensor_diagnosis(want, have)
+                return f"in item {k} of the tuple, {found}" if found else None
+    if answer == "tensor":
+        return _tensor_diagnosis(expected, got)
+    if answer == "int" and got.kind == "int":
+        return _int_diagnosis(int(expected.data), int(got.data))
+    return None
+
+
+def _int_diagnosis(want: int, have: int) -> str | None:
+    if want and have and want != have:
+        big, small = max(abs(want), abs(have)), min(abs(want), abs(have))
+        if big % small == 0 and big // small <= 16:
+            return ("the count is off by a whole factor: a factor of it (2 for a multiply-add or for keys and "
+                    "values, the layers, the heads, the batch, the bytes per element...) is missing or counted twice")
+    if abs(want - have) == 1:
+        return "off by one: check where a range starts or stops (< or <=, a + 1 or - 1)"
+    if want > 0 and have > 0:
+        r = have / want
+        if 0.9 < r < 1.1:
+            return (f"the count is a little too {'high' if r > 1 else 'low'} (by less than 10%): a small term "
+                    "(the biases, a last partial block, a rounding) is counted wrongly")
+        if any(abs(r * k - round(r * k)) < 1e-9 for k in (2, 3, 4)):
+            return ("the count is off by a simple fraction (such as 3/4 or 3/2): one part of it (a projection, a "
+                    "product, a term of the sum) is missing or counted twice")
+    return _direction(have - want, have / want if want else None)
+
+
+def _direction(error: float, ratio: float | None) -> str | None:
+    """Which way a single number is off, and roughly by how much."""
+    if error == 0 or error != error:
+        return None
+    way = "too large" if error > 0 else "too small"
+    if ratio is None or ratio <= 0:
+        return f"the number is {way}, and its sign is not the right one"
+    size = max(ratio, 1 / ratio)
+    band = "by less than a factor of 2" if size < 2 else "by a factor of 2 to 10" if size <= 10 else "by more than a factor of 10"
+    return f"the number is {way}, {band}: a term or a factor of it is missing, extra or the wrong one"
+
+
+def _tensor_diagnosis(expected: Value, got: Value) -> str | None:
+    if got.kind != "tensor" or expected.kind != "tensor":
+        return None
+    e, g = expected.data, got.data
+    if e.shape != g.shape or expected.dtype != got.dtype or e.size == 0:
+        return None
+    if e.dtype == np.bool_:
+        return _mask_diagnosis(e, g)
+    e64, g64 = e.astype(np.float64), g.astype(np.float64)
+    rtol, atol = TOLERANCE.get(expected.dtype, (1e-5, 1e-8))
+    close = lambda a, b: a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+    if np.isnan(g64).any() and not np.isnan(e64).any():
+        return ("NaN comes from 0 / 0, inf - inf or 0 * inf: look for a row with nothing to attend to, or an exp "
+                "that overflowed, on the way")
+    finite = np.isfinite(e64) & np.isfinite(g64)
+    if not finite.any():
+        return None
+    if e.ndim >= 2 and e.shape[-1] == e.shape[-2] and close(np.swapaxes(g64, -1, -2), e64):
+        return "these are the right values transposed: the last two axes are swapped"
+    big = finite & (np.abs(e64) > 10 * atol)
+    if big.any() and close(-g64, e64):
+        return "every value has the right size and the wrong sign: a sign, or the order of a subtraction, is flipped"
+    if big.sum() >= 2:
+        ratio = g64[big] / e64[big]
+        r = float(np.median(ratio))
+        if abs(r - 1) > 10 * rtol and np.allclose(ratio, r, rtol=10 * rtol) and close(g64, r * e64):
+            return ("every value is the right one times the same factor: a scale, a normalisation, a sum "
+                    "against a mean, or a count is off")
+        shift = float(np.median((g64 - e64)[finite]))
+        if abs(shift) > 10 * atol and close(g64 - shift, e64):
+            return "every value is off by the same amount: a constant is added or left out"
+    if e.ndim >= 2 and e.shape[-1] >= 2 and _per_row_factor(e64, g64, close):
+        return ("each row is the right one times a factor of its own: a per-row normalisation (a sum, a max, a "
+                "count of what the row sees) is taken wrongly")
+    sums = np.nansum(e64, axis=-1)
+    if e.ndim >= 1 and e.shape[-1] >= 2 and np.all((np.abs(sums - 1) < 1e-3) | (np.abs(sums) < 1e-6)) \
+            and sums.max() > 0.5 and not np.allclose(np.nansum(g64, axis=-1), sums, rtol=1e-3, atol=1e-3):
+        return ("these rows should each sum to 1, like weights (0 for a row with nothing to attend to), and "
+                "they do not: a normalisation over the wrong axis, or a term missing from it")
+    for axis in range(e.ndim):
+        if e.shape[axis] > 1 and _reordered(e64, g64, axis, close):
+            return (f"whole slices along dimension {axis} hold the right values in the wrong places: an index, "
+                    "the order of heads or of a split, or a layout is off")
+    if e.size > 1 and close(np.sort(g64, axis=None), np.sort(e64, axis=None)):
+        return "the right values in the wrong places: a reshape, view or transpose moved entries across axes"
+    if e.size == 1:
+        want, have = float(e64.reshape(-1)[0]), float(g64.reshape(-1)[0])
+        return _direction(have - want, have / want if want else None)
+    found = _partly_right(e64, g64, close)
+    if found:
+        return found
+    wrong = ~np.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True) & finite
+    if wrong.any():
+        if (g64[wrong] > e64[wrong]).all():
+            return "every wrong value is too large: something is added, or counted, that should not be"
+        if (g64[wrong] < e64[wrong]).all():
+            return "every wrong value is too small: something is left out, or divided by too much"
+    return None
+
+
+def _per_row_factor(e, g, close) -> bool:
+    """Whether each row (last axis) of ``g`` is the same row of ``e`` times its own factor, the
+    factors not all equal."""
+    e2, g2 = e.reshape(-1, e.shape[-1]), g.reshape(-1, g.shape[-1])
+    factors = []
+    for er, gr in zip(e2, g2):
+        big = np.isfinite(er) & np.isfinite(gr) & (np.abs(er) > 1e-6)
+        if not big.any():
+            if not close(gr, er):
+                return False
+            continue
+        f = float(np.median(gr[big] / er[big]))
+        if not close(gr, f * er):
+            return False
+        factors.append(f)
+    return len(factors) >= 2 and not np.allclose(factors, factors[0], rtol=1e-3)
+
+
+def _partly_right(e, g, close) -> str | None:
+    """Which slices are right: along the first axis where some whole slices are right and others
+    are not."""
+    for axis in range(e.ndim):
+        n = e.shape[axis]
+        if n < 2:
+            continue
+        right = [close(np.take(g, i, axis=axis), np.take(e, i, axis=axis)) for i in range(n)]
+        if any(right) and not all(right):
+            k = right.index(False)
+            if all(right[:k]) and not any(right[k:]):
+                return (f"along dimension {axis} the first slices are right and the later ones wrong: something "
+                        "goes wrong as the computation moves along it (a running value not updated, an offset, a "
+                        "later block)")
+            return (f"along dimension {axis} some slices are right and others wrong: look at what tells them "
+                    "apart (a mask, a length, padding, a head or a block)")
+    return None
+
+
+def _reordered(e, g, axis, close) -> bool:
+    """Whether ``g`` is ``e`` with its slices along ``axis`` in another order."""
+    es, gs = np.moveaxis(e, axis, 0), np.moveaxis(g, axis, 0)
+    if close(es, gs):
+        return False
+    used = set()
+    for slice_ in gs:
+        match = next((i for i in range(len(es)) if i not in used and close(slice_, es[i])), None)
+        if match is None:
+            return False
+        used.add(match)
+    return True
+
+
+def _mask_diagnosis(e, g) -> str | None:
+    if (g == ~e).all():
+        return "every entry is the opposite of the right one: here True means may attend"
+    wrong = g != e
+    if e.ndim < 2:
+        return None
+    rows, cols = e.shape[-2], e.shape[-1]
+    i, j = np.nonzero(wrong.reshape(-1, rows, cols).any(axis=0))
+    if i.size and np.unique(j - i).size == 1:
+        return ("only the entries of one diagonal are wrong: may a query attend to its own position, and which "
+                "key sits at a query's position when there are more keys than queries?")
+    extra, missing = (g & ~e).any(), (~g & e).any()
+    which = "allows keys that must stay hidden" if extra and not missing else (
+        "hides keys that may be seen" if missing and not extra else "is wrong both ways")
+    if (wrong == wrong.any(axis=-2, keepdims=True)).all():       # every wrong key is wrong for every query
+        return f"the mask {which} in whole key columns: which keys are padding (j against the length)?"
+    if (wrong == wrong.any(axis=-1, keepdims=True)).all():       # every wrong query is wrong for every key
+        return f"the mask {which} in whole query rows: padding hides keys, the columns, not queries"
+    above = (np.arange(cols)[None, :] - np.arange(rows)[:, None]) > (cols - rows)
+    if (wrong & ~above).sum() == 0:
+        return f"the mask {which} above the bottom-right diagonal, in the future of a query: check the causal part"
+    if (wrong & above).sum() == 0:
+        return f"the mask {which} on or below the bottom-right diagonal: check the causal part and the padding"
+    return None
 
 
 # How a check's message on a call that reached a forbidden function's stand-in begins (what to
@@ -357,6 +601,38 @@ def _read_trace(entries) -> tuple[Op, ...]:
     return tuple(ops)
 
 
+PENDING = "counts once the function returns correct values"
+
+
+def separating(make: Callable[[], Case], ex: "Exercise", names: tuple[str, ...] | None = None,
+               tries: int = 20) -> Case:
+    """A case from ``make()`` on which each listed mistake of ``ex`` (those called ``names``, or
+    all) answers differently from the reference and from every other one with another hint, so
+    that it loses the check and shows its own hint there; redrawn up to ``tries`` times (the last
+    draw is kept if none separates them all)."""
+    chosen = [k for k, m in enumerate(ex.mistakes) if names is None or m.name in names]
+
+    def separates(case) -> bool:
+        try:
+            right, wrong = ex.expected(case), ex.mistake_values(case)
+        except Exception:
+            return False
+        for k in chosen:
+            if wrong[k] is None or compare(ex.answer, right, wrong[k], ex.tolerance)[0]:
+                return False
+            if any(j != k and ex.mistakes[j].hint != ex.mistakes[k].hint and wrong[j] is not None
+                   and compare(ex.answer, wrong[j], wrong[k], ex.tolerance)[0] for j in range(len(wrong))):
+                return False
+        return True
+
+    case = make()
+    for _ in range(tries - 1):
+        if separates(case):
+            return case
+        case = make()
+    return case
+
+
 def settle(cases: list[Case], verdicts: list[Verdict]) -> list[Verdict]:
     """The rule both judges apply to an exercise's verdicts once they are all in: raising
     the right error on bad input counts only for a function that also returns a correct
@@ -365,15 +641,17 @@ def settle(cases: list[Case], verdicts: list[Verdict]) -> list[Verdict]:
     out = []
     for case, v in zip(cases, verdicts):
         if case.raises and v.passed and not value_ok:
-            v = Verdict(False, "counts once the function returns correct values", v.hidden, True)
+            v = Verdict(False, f"raises {case.raises} as asked; {PENDING}", v.hidden, True)
         out.append(v)
     return out
 
 
 # ----------------------------------------------------------------------------- helpers
 
-def _with_hint(message: str, hint: str) -> str:
-    return f"{message.rstrip().rstrip('.')}. Hint: {hint}"
+def _with_hint(message: str, hint: str, name: str = "") -> str:
+    """``message``, then the hint; a listed mistake's hint carries the mistake's name:
+    "wrong values. Hint (no-scale): divide the scores by sqrt(d) ..."."""
+    return f"{message.rstrip().rstrip('.')}. Hint{f' ({name})' if name else ''}: {hint}"
 
 
 def clone_args(args: tuple) -> tuple:
@@ -407,10 +685,12 @@ TOLERANCE = {  # (rtol, atol) per dtype
 }
 
 
-def compare(answer: str, expected: Value, got: Value) -> tuple[bool, str, str]:
+def compare(answer: str, expected: Value, got: Value, tolerance: float = 0.0) -> tuple[bool, str, str]:
     """Return (ok, problem, detail) for one answer of kind ``answer``: ``problem`` never
     quotes values (the grader shows it for hidden checks too), ``detail`` does (shown for
-    public checks in the notebook)."""
+    public checks in the notebook). ``tolerance``: the relative error a "number" may have."""
+    if answer == "number":
+        return _compare_number(expected, got, tolerance)
     if answer == "tensor":
         return _compare_tensor(expected, got)
     if answer == "tensors":
@@ -419,7 +699,31 @@ def compare(answer: str, expected: Value, got: Value) -> tuple[bool, str, str]:
         return _compare_int(expected, got)
     if answer == "shapes":
         return _compare_shapes(expected, got)
-    raise ValueError(f"answer must be 'tensor', 'tensors', 'int' or 'shapes', got {answer!r}")
+    raise ValueError(f"answer must be 'tensor', 'tensors', 'int', 'shapes' or 'number', got {answer!r}")
+
+
+def _compare_number(expected: Value, got: Value, tolerance: float) -> tuple[bool, str, str]:
+    """A prediction: a Python number within ``tolerance`` (relative) of the expected one. A wrong
+    one is told which way it is off and by how much, roughly (the page measures the number right
+    after; the check does not quote it)."""
+    if got.kind not in ("int", "float"):
+        if got.kind == "tensor":
+            return False, "returned a tensor; return a Python number (float(...) converts it)", ""
+        return False, f"expected a number, got {got.describe(False)}", got.describe(True)
+    want, have = float(expected.data), float(got.data)
+    if have != have:  # NaN
+        return False, "the prediction is NaN: return a number", ""
+    if abs(have - want) <= tolerance * abs(want):
+        return True, "", ""
+    within = f"within {tolerance:.0%}" if tolerance else "exactly"
+    direction = "too high" if have > want else "too low"
+    if want == 0 or have == 0 or (have > 0) != (want > 0):
+        size = ""
+    else:
+        ratio = max(have / want, want / have)
+        size = (", by less than a factor of 2" if ratio < 2 else ", by a factor of 2 to 10" if ratio <= 10
+                else ", by more than a factor of 10")
+    return False, f"the prediction is {direction}{size} (it must be right {within})", ""
 
 
 def _compare_tensor(expected: Value, got: Value) -> tuple[bool, str, str]:
@@ -488,8 +792,13 @@ def _compare_shapes(expected: Value, got: Value) -> tuple[bool, str, str]:
         if name not in have:
             return False, f"the dict has no key {name!r}", ""
         v = have[name]
-        if v.kind not in ("tuple", "list") or not all(x.kind == "int" for x in v.data):
+        if v.kind not in ("tuple", "list"):
             return False, f"{name!r} should be a tuple of ints, got {v.describe(False)}", v.describe(True)
+        for i, x in enumerate(v.data):
+            if x.kind != "int":
+                why = ": use // (integer division), so that sizes stay ints" if x.kind == "float" else ""
+                return False, f"{name!r} should be a tuple of ints, but its entry {i} is {x.describe(False)}{why}", \
+                    repr(x.data) if x.kind in ("float", "int", "str", "bool") else ""
         got_t = tuple(x.data for x in v.data)
         want_t = tuple(x.data for x in want.data)
         if got_t != want_t:
@@ -515,9 +824,11 @@ def safe_error_name(name: str, reveal: bool) -> str:
 # object they belong to; `sys.modules` and `builtins.compile` are recognised by their module,
 # since `model.modules()`, `re.compile` and `torch.compile` are ordinary calls.
 DYNAMIC_NAMES = {"eval", "exec", "compile", "__import__", "importlib", "globals", "vars", "__builtins__",
-                 "getattr", "setattr", "__dict__", "__globals__"}
+                 "getattr", "setattr", "__dict__", "__globals__", "import_module", "attrgetter", "methodcaller",
+                 "__getattribute__", "getattr_static"}
 DYNAMIC_ATTRS = {"__import__", "importlib", "globals", "vars", "__builtins__", "__dict__", "__globals__",
-                 "getattr", "setattr", "eval", "exec"}
+                 "getattr", "setattr", "eval", "exec", "import_module", "attrgetter", "methodcaller",
+                 "__getattribute__", "getattr_static"}
 DYNAMIC_QUALIFIED = {"sys.modules", "builtins.compile", "builtins.__dict__"}
 DYNAMIC = DYNAMIC_NAMES | DYNAMIC_ATTRS | DYNAMIC_QUALIFIED  # kept for code that imports the old name
 
@@ -575,10 +886,13 @@ def forbidden_uses(tree: ast.AST, forbidden: tuple[str, ...]) -> list[str]:
         elif kind == "imported":
             if value in leaves:
                 add(value)
-        elif kind == "str":
+        elif kind == "str":  # a string that could serve a lookup: the name itself, or a dotted path to it
+            name = value.strip()
             for leaf in leaves:
-                if leaf in value and len(leaf) > 6:
-                    add(f"{leaf} (named in a string)")
+                if len(leaf) > 6 and (name == leaf or name.endswith("." + leaf)):
+                    add(f"{leaf} (a string that names it, as a lookup by name would)")
+            if name in modules and name != "mha":
+                add(f"{name} (a string that names it, as a lookup by name would)")
     return found
 
 
@@ -605,11 +919,46 @@ def _is_docstring(stmt) -> bool:
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
+# Calls whose arguments are messages for a person, never looked up: print(...), warnings.warn(...),
+# logging's and a logger's methods.
+MESSAGE_CALLS = {"print", "warn", "debug", "info", "warning", "error", "exception", "critical", "log"}
+
+
+def _messages(tree: ast.AST) -> set[int]:
+    """The ids of the string constants of ``tree`` that are messages: docstrings, what a
+    ``raise`` or an ``assert`` says, the arguments of print and of warnings and logging
+    calls. A message that mentions a function does not use it."""
+    out = set()
+
+    def strings(node):
+        for n in ast.walk(node):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str):
+                out.add(id(n))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.body and _is_docstring(node.body[0]):
+                out.add(id(node.body[0].value))
+        elif isinstance(node, ast.Raise):
+            strings(node)
+        elif isinstance(node, ast.Assert) and node.msg is not None:
+            strings(node.msg)
+        elif isinstance(node, ast.Call):
+            f = node.func
+            called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if called in MESSAGE_CALLS:
+                for a in [*node.args, *(k.value for k in node.keywords)]:
+                    strings(a)
+    return out
+
+
 def _walk_facts(tree: ast.AST) -> list[tuple[str, str]]:
-    # A docstring is documentation, not a lookup: "computes the backward pass" must not
-    # cost an honest answer its points. Other strings still count (getattr(x, "name")).
+    # A message is not a lookup: a docstring that says "computes the backward pass", or a
+    # ValueError whose text speaks of "an attention mask", must not cost an honest answer its
+    # points. Other strings are kept, and count where they name a forbidden function exactly
+    # (what getattr(x, "name") or importlib would need).
     facts: dict[tuple[str, str], None] = {}
-    docstrings = set()
+    docstrings = _messages(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             facts["name", node.id] = None
@@ -617,9 +966,6 @@ def _walk_facts(tree: ast.AST) -> list[tuple[str, str]]:
             facts["attr", node.attr] = None
             if isinstance(node.value, ast.Name):
                 facts["chain", f"{node.value.id}.{node.attr}"] = None
-        elif isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if node.body and _is_docstring(node.body[0]):
-                docstrings.add(id(node.body[0].value))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names]
             for full in ([node.module] if isinstance(node, ast.ImportFrom) and node.module else []) + names:
@@ -638,4 +984,4 @@ def _walk_facts(tree: ast.AST) -> list[tuple[str, str]]:
 
 
 __all__ = ["Case", "Mistake", "Outcome", "Verdict", "Exercise", "Op", "compare", "plain", "read_record",
-           "settle", "describe_args", "forbidden_uses", "MalformedResult"]
+           "settle", "separating", "describe_args", "forbidden_uses", "MalformedResult"]

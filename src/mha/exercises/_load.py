@@ -35,7 +35,7 @@ from ._core import Case, Exercise, Mistake, clone_args, compare, settle
 
 FORMAT = "mha-student-exercises"
 VERSION = 1
-ANSWERS = ("tensor", "tensors", "int", "shapes")
+ANSWERS = ("tensor", "tensors", "int", "shapes", "number")
 DRAWS = 20  # hidden draws the checks run at load time
 
 # exercise id -> the file it was loaded from (so that running a notebook cell twice reloads)
@@ -185,7 +185,7 @@ def check_exercise(ex: Exercise, *, draws: int = DRAWS) -> None:
         fail("public must give at least one Case: students check their answers on the public cases")
     public_verdicts = judged(public, "the public checks")
     for seed in range(max(1, draws)):
-        hidden = _cases(ex, "hidden", lambda: ex.hidden_cases(seed)) if draws else []
+        hidden = _cases(ex, "hidden", lambda: ex.hidden_cases(seed)) if draws and not ex.prediction else []
         cases = public + hidden
         rows = public_verdicts + judged(hidden, f"hidden draw {seed}")
         for j in range(len(calls)):
@@ -249,7 +249,7 @@ def _twins(ex: Exercise, k: int, cases) -> list[str]:
     for j, other in enumerate(ex.mistakes):
         if j == k or other.hint == ex.mistakes[k].hint:
             continue
-        if all(w[k] is not None and w[j] is not None and compare(ex.answer, w[j], w[k])[0] for w in values):
+        if all(w[k] is not None and w[j] is not None and compare(ex.answer, w[j], w[k], ex.tolerance)[0] for w in values):
             out.append(repr(ex.mistake_name(j)))
     return out
 
@@ -372,7 +372,7 @@ def student_version(exercises: list[Exercise], *, source: str = "") -> dict:
         out.append({"id": ex.id, "title": ex.title, "lesson": ex.lesson, "statement": ex.statement,
                     "function": ex.function, "params": list(ex.params), "points": ex.points, "answer": ex.answer,
                     "forbidden": list(ex.forbidden), "may_modify": list(ex.may_modify),
-                    "audited": ex.audit is not None,
+                    "audited": ex.audit is not None, "tolerance": ex.tolerance,
                     "mistakes": [{"hint": m.hint, "name": m.name} for m in ex.mistakes], "cases": cases})
     index, data = pack(arrays)
     return {"format": FORMAT, "version": VERSION, "source": source, "exercises": out, "arrays": index,
@@ -413,7 +413,7 @@ def _student_exercise(e: dict, arrays: dict) -> StudentExercise:
         id=e["id"], title=e["title"], lesson=e["lesson"], function=e["function"], params=tuple(e["params"]),
         points=e["points"], reference=_no_reference, public=lambda g: [], hidden=lambda g: [], answer=e["answer"],
         mistakes=mistakes, forbidden=tuple(e["forbidden"]), may_modify=tuple(e["may_modify"]),
-        statement=e["statement"], stored=stored)
+        statement=e["statement"], stored=stored, tolerance=float(e.get("tolerance", 0.0)))
 
 
 def write_student_version(path, out_dir, *, draws: int = DRAWS) -> list[Path]:

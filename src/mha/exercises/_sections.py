@@ -26,11 +26,14 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
     "dims.split_heads": ("Why view first, then transpose", {}),
     "dims.heads_into_batch": ("Why view first, then transpose", {0: "Batched matmul: all heads at once"}),
     "dims.shapes": ("One tensor, step by step", {}),
+    "dims.weights_mib": ("Sizes of real models", {}),
     "heads.multi_query_head": ("Why view first, then transpose", {0: "One tensor, step by step",
                                                                  3: r"01-one-head: Why divide by $\sqrt{d_h}$?"}),
     # 04: parameter counts
     "params.mha_params": ("The count does not depend on h", {}),
-    "params.gqa_params": ("Grouped-query and multi-query attention: fewer key and value weights", {}),
+    "params.cross_gqa_params": ("Grouped-query and multi-query attention: fewer key and value weights",
+                                {k: "07-cross-attention: Inside cross-attention: `kdim` and `vdim`"
+                                 for k in (0, 1, 4, 7)}),
     "params.max_kv_heads": ("A first look at the KV cache",
                             {0: "Grouped-query and multi-query attention: fewer key and value weights"}),
     # 05: causal masking
@@ -48,6 +51,7 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
                                                    3: "11-kv-cache-gqa-mla: Fewer key/value heads: MQA and GQA"}),
     "layer.attention_dropout": ("Attention dropout", {}),
     "layer.fuse_head_weights": ("Version 3: one fused projection", {}),
+    "layer.dropout_row_spread": ("Attention dropout", {}),
     # 07: cross-attention
     "cross.cross_attention_shapes": ("Inside cross-attention: `kdim` and `vdim`", {}),
     "cross.mask_for_role": ("Which mask for which role", {0: "The same masks in PyTorch's modules",
@@ -64,7 +68,8 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
                          {0: "The softmax Jacobian"}),
     "grads.linear_backward": (r"The output projection: $dW_O = O^\top dY$", {}),
     # 09: the cost of attention
-    "cost.layer_flops": ("Counting the FLOPs of one layer", {}),
+    "cost.cross_layer_flops": ("Counting the FLOPs of one layer", {}),
+    "cost.flop_growth": ("When does the $T^2$ part take over?", {}),
     "cost.crossover_length": ("When does the $T^2$ part take over?", {}),
     "cost.backward_flops": ("What each path keeps for the backward pass", {}),
     "cost.loglog_slope": ("Time against length", {}),
@@ -81,7 +86,7 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
     "decode.decode_step": ("Decoding with a KV cache", {}),
     "decode.gqa_from_mha": ("Fewer key/value heads: MQA and GQA", {}),
     "decode.rope_rotate": ("Rotary position embeddings (RoPE)", {3: "RoPE meets the KV cache"}),
-    "decode.mla_cache_bytes": ("Multi-head latent attention (MLA)", {3: "The cache of published models",
+    "decode.mla_max_context": ("Multi-head latent attention (MLA)", {3: "The cache of published models",
                                                                      4: "The cache of published models"}),
     # 12: PyTorch's built-ins
     "builtins.torch_masks_to_allowed": ("Masks: `True` means *blocked*", {}),
@@ -92,10 +97,13 @@ TAUGHT: dict[str, tuple[str, dict[int, str]]] = {
     "induction.k_composition": ("How the two heads work together: K-composition", {}),
     "induction.prefix_matching_score": ("Finding the heads by measurement", {}),
     "induction.mean_ablate_head": ("Removing heads: which ones matter?", {}),
+    "induction.composing_head": ("How the two heads work together: K-composition", {}),
     # 14: FlashAttention in Triton
     "kernels.row_softmax": ("Programs, blocks and masks", {}),
-    "kernels.attention_delta": ("The backward pass, from lesson 08's gradients", {}),
+    "kernels.row_lse": ("The forward kernel, read against lesson 10's loop",
+                        {k: "Causal attention: which blocks run, and which need a mask" for k in (4, 5)}),
     "kernels.fixed_attention": ("Causal attention: which blocks run, and which need a mask", {}),
+    "kernels.tiles_visited": ("Causal attention: which blocks run, and which need a mask", {}),
 }
 
 

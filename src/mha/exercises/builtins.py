@@ -70,18 +70,21 @@ TORCH_MASKS = Exercise(
     mistakes=(
         Mistake("nn.MultiheadAttention's masks say True = blocked, the answer says True = may attend: "
                 "invert them (~)",
-                lambda a, p: (a[None, None] | p[:, None, None, :])),
+                lambda a, p: (a[None, None] | p[:, None, None, :]), name="not-inverted"),
         Mistake("key_padding_mask is True at the padding, that is where attention is blocked: invert "
                 "it as well as attn_mask",
-                lambda a, p: ~a[None, None] & p[:, None, None, :]),
+                lambda a, p: ~a[None, None] & p[:, None, None, :], name="padding-not-inverted"),
         Mistake("attn_mask is True where attention is blocked: invert it as well as key_padding_mask",
-                lambda a, p: a[None, None] & ~p[:, None, None, :]),
+                lambda a, p: a[None, None] & ~p[:, None, None, :], name="attn-mask-not-inverted"),
         Mistake("key_padding_mask marks padded keys, the last axis: shape it (B, 1, 1, Tk), not "
                 "(B, 1, Tq, 1) over the queries",
-                lambda a, p: ~a[None, None] & ~p[:, None, :, None]),
+                lambda a, p: ~a[None, None] & ~p[:, None, :, None], name="padding-on-queries"),
         Mistake("a key is allowed only when neither mask blocks it: combine the inverted masks with "
                 "& (and), not | (or)",
-                lambda a, p: ~a[None, None] | ~p[:, None, None, :]),
+                lambda a, p: ~a[None, None] | ~p[:, None, None, :], name="or-not-and"),
+        Mistake("nn.MultiheadAttention's attn_mask is (Tq, Tk), rows = queries: use it as it is, not "
+                "transposed", lambda a, p: ~(a.T[None, None] | p[:, None, None, :]) if a.shape[0] == a.shape[1]
+                else ~(a[None, None] | p[:, None, None, :]).transpose(-2, -1), name="attn-mask-transposed"),
     ),
     forbidden=("mha",), explain=_tm_explain, dtypes=(),
 )
@@ -145,6 +148,11 @@ def _dm_wrong(kind):
             return causal.expand(ids.shape[0], 1, T, T)
         if kind == "no-diagonal":
             return (same & torch.ones(T, T, dtype=torch.bool).tril(-1))[:, None]
+        if kind == "first-row":
+            first = ids[0][:, None] == ids[0][None, :]
+            return (first & causal).expand(ids.shape[0], 1, T, T).clone()
+        if kind == "upper":
+            return (same & torch.ones(T, T, dtype=torch.bool).triu())[:, None]
         return ~(same & causal)[:, None]
     return wrong
 
@@ -155,12 +163,17 @@ DOCUMENT_MASK = Exercise(
     reference=document_mask, public=_dm_public, hidden=_dm_hidden, public_seed=1204,
     mistakes=(
         Mistake("the documents are still read left to right: combine the document mask with the causal "
-                "mask (j <= i)", _dm_wrong("no-causal")),
+                "mask (j <= i)", _dm_wrong("no-causal"), name="no-causal"),
         Mistake("a token must not see the tokens of the documents before its own: allow only keys with "
-                "the same document id", _dm_wrong("no-documents")),
-        Mistake("a token may attend to itself: keep the diagonal (j <= i, not j < i)", _dm_wrong("no-diagonal")),
+                "the same document id", _dm_wrong("no-documents"), name="no-documents"),
+        Mistake("a token may attend to itself: keep the diagonal (j <= i, not j < i)", _dm_wrong("no-diagonal"),
+                name="no-diagonal"),
         Mistake("True = may attend (the convention of SDPA and mha); your mask has True = blocked",
-                _dm_wrong("inverted")),
+                _dm_wrong("inverted"), name="true-means-blocked"),
+        Mistake("each row of doc_ids is its own packed sequence: compare the ids within each row (b), not the "
+                "first row's ids for every row", _dm_wrong("first-row"), name="first-row-for-all"),
+        Mistake("a causal mask keeps the keys j <= i, on and below the diagonal (rows are queries); the keys "
+                "above it are the future", _dm_wrong("upper"), name="upper-triangle"),
     ),
     forbidden=("mha", "torch.nn.attention"), explain=_dm_explain, dtypes=(),
 )
@@ -206,6 +219,10 @@ def _as_wrong(kind):
         n = 2 ** math.floor(math.log2(h))
         if kind == "formula":
             return _geometric(h)
+        if kind == "sorted":
+            return alibi_slopes(h).sort(descending=True).values
+        if kind == "from-zero":      # the coarse exponents -8 k / n taken for k = 0..n-1
+            return torch.cat([2.0 ** (-8.0 * torch.arange(0, n, dtype=torch.float64) / n), alibi_slopes(h)[n:]])
         if kind == "round-up":       # the slopes of the power of two above, cut to num_heads
             return _geometric(2 ** math.ceil(math.log2(h)))[:h]
         if n == h:
@@ -225,15 +242,21 @@ ALIBI_SLOPES = Exercise(
     mistakes=(
         Mistake("2 ** (-8 k / num_heads) is the rule for a power of two only: for other head counts, "
                 "start from the closest power of two below and fill up from the next one",
-                _as_wrong("formula")),
+                _as_wrong("formula"), name="power-of-two-rule"),
         Mistake("take every other slope of the finer sequence (the first, third, fifth, ...), not its "
-                "first num_heads - n slopes: those would crowd the top of the range", _as_wrong("first")),
+                "first num_heads - n slopes: those would crowd the top of the range", _as_wrong("first"),
+                name="first-not-every-other"),
         Mistake("every other slope starting with the first one, [0::2], not the second, [1::2] (which "
-                "repeats the coarse sequence's slopes)", _as_wrong("odd")),
+                "repeats the coarse sequence's slopes)", _as_wrong("odd"), name="odd-ones"),
         Mistake("the coarse sequence comes from the closest power of two BELOW num_heads; the slopes "
-                "of the power of two above, cut short, are a different set", _as_wrong("round-up")),
+                "of the power of two above, cut short, are a different set", _as_wrong("round-up"),
+                name="power-above"),
         Mistake("the slopes of the closest power of two come first, then the extra ones from the finer "
-                "sequence", _as_wrong("extra-first")),
+                "sequence", _as_wrong("extra-first"), name="extra-first"),
+        Mistake("keep the order of the rule: the closest power of two's slopes first, then the extra ones; "
+                "sorting them changes which head gets which slope", _as_wrong("sorted"), name="sorted"),
+        Mistake("the exponents are -8 k / n for k = 1..n: evenly spaced from -8 / n down to -8, not from 0",
+                _as_wrong("from-zero"), name="k-from-zero"),
     ),
     forbidden=("mha",), dtypes=(),
 )

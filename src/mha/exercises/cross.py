@@ -1,10 +1,11 @@
-"""Exercises of lesson 07, cross-attention: its shapes, the mask of each role, an alignment score."""
+"""Exercises of lesson 07, cross-attention: its shapes, the mask of each role, an alignment score
+that leaves the padded queries out."""
 
 from __future__ import annotations
 
 import torch
 
-from ._core import Case, Exercise, Mistake
+from ._core import Case, Exercise, Mistake, separating
 from .heads import _int, _randn
 
 
@@ -29,7 +30,7 @@ def cross_attention_shapes(batch: int, tgt_len: int, src_len: int, embed_dim: in
 
 
 def _shapes_wrong(*, head_from_kdim=False, scores_swapped=False, out_from_source=False,
-                  kv_from_target=False, proj_transposed=False):
+                  kv_from_target=False, proj_transposed=False, out_kdim=False):
     def wrong(B, Tq, Tk, C, kdim, h):
         right = cross_attention_shapes(B, Tq, Tk, C, kdim, h)
         if head_from_kdim:
@@ -43,6 +44,8 @@ def _shapes_wrong(*, head_from_kdim=False, scores_swapped=False, out_from_source
             right["scores"] = (B, h, Tq, Tq)
         if proj_transposed:
             right["k_proj"] = (kdim, C)
+        if out_kdim:
+            right["out"] = (B, Tq, kdim)
         return right
     return wrong
 
@@ -75,15 +78,20 @@ CROSS_SHAPES = Exercise(
     public_seed=701, dtypes=(),
     mistakes=(
         Mistake("the keys are projected from kdim to embed_dim before the split, so every head has "
-                "width embed_dim // num_heads, for the keys and values too", _shapes_wrong(head_from_kdim=True)),
+                "width embed_dim // num_heads, for the keys and values too", _shapes_wrong(head_from_kdim=True),
+                name="heads-from-kdim"),
         Mistake("the scores have one row per query (target position) and one column per key "
-                "(source position): (batch, h, tgt_len, src_len)", _shapes_wrong(scores_swapped=True)),
+                "(source position): (batch, h, tgt_len, src_len)", _shapes_wrong(scores_swapped=True),
+                name="scores-swapped"),
         Mistake("the output has one vector per query: its length is the target's, not the source's",
-                _shapes_wrong(out_from_source=True)),
+                _shapes_wrong(out_from_source=True), name="out-source-length"),
         Mistake("in cross-attention the keys and values come from the encoder, so they have the "
-                "source's length", _shapes_wrong(kv_from_target=True)),
+                "source's length", _shapes_wrong(kv_from_target=True), name="kv-target-length"),
         Mistake("nn.Linear stores its weight as (out_features, in_features): the key projection maps "
-                "kdim features to embed_dim, so its weight is (embed_dim, kdim)", _shapes_wrong(proj_transposed=True)),
+                "kdim features to embed_dim, so its weight is (embed_dim, kdim)", _shapes_wrong(proj_transposed=True),
+                name="k-proj-transposed"),
+        Mistake("the output is as wide as the decoder, embed_dim: W_O maps the merged heads back to the "
+                "decoder's width, whatever kdim is", _shapes_wrong(out_kdim=True), name="out-kdim-wide"),
     ),
     forbidden=("mha",),
 )
@@ -165,6 +173,22 @@ def _decoder_without_padding(role, src_lengths, tgt_lengths, S, T):
     return torch.ones(T, T, dtype=torch.bool).tril().expand(len(tgt_lengths), 1, T, T)
 
 
+def _decoder_upper(role, src_lengths, tgt_lengths, S, T):
+    right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
+    if role != "decoder":
+        return right
+    real = torch.arange(T)[None, :] < tgt_lengths[:, None]
+    return (torch.ones(T, T, dtype=torch.bool).triu()[None] & real[:, None, :])[:, None]
+
+
+def _decoder_no_diagonal(role, src_lengths, tgt_lengths, S, T):
+    right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
+    if role != "decoder":
+        return right
+    real = torch.arange(T)[None, :] < tgt_lengths[:, None]
+    return (torch.ones(T, T, dtype=torch.bool).tril(-1)[None] & real[:, None, :])[:, None]
+
+
 def _cross_with_target_lengths(role, src_lengths, tgt_lengths, S, T):
     right = mask_for_role(role, src_lengths, tgt_lengths, S, T)
     if role != "cross":
@@ -184,6 +208,8 @@ def _role_public(g):
     cases += _role_cases(torch.tensor([2, 6, 4]), torch.tensor([7, 3, 1]), 6, 7)[2:]
     cases.append(Case(("self", torch.tensor([5, 3]), torch.tensor([4, 2]), 5, 4), raises="ValueError",
                       note="an unknown role"))
+    cases.append(Case(("Decoder", torch.tensor([5, 3]), torch.tensor([4, 2]), 5, 4), raises="ValueError",
+                      note="roles are exact lower-case names: 'Decoder' is not one"))
     return cases
 
 
@@ -199,8 +225,10 @@ def _role_hidden(g):
     src[0], tgt[0] = S, _int(g, 1, min(S, T) - 1)
     src[1], tgt[1] = _int(g, 1, S - 1), _int(g, 2, T - 1)
     cases = _role_cases(src, tgt, S, T)
-    bad = ("Encoder", "self", "causal", "")[_int(g, 0, 3)]
+    bad = ("self", "causal", "", "enc")[_int(g, 0, 3)]
     cases.append(Case((bad, src, tgt, S, T), raises="ValueError", note="an unknown role"))
+    capitals = ("Encoder", "DECODER", "Cross", " cross")[_int(g, 0, 3)]    # in every grading, not by chance
+    cases.append(Case((capitals, src, tgt, S, T), raises="ValueError", note="a role in other letters"))
     return cases
 
 
@@ -222,37 +250,45 @@ ROLE_MASK = Exercise(
     reference=mask_for_role, public=_role_public, hidden=_role_hidden, public_seed=702, dtypes=(),
     mistakes=(
         Mistake("True = may attend: a key is allowed when the mask is True",
-                lambda *a: ~mask_for_role(*a)),
+                lambda *a: ~mask_for_role(*a), name="true-means-blocked"),
         Mistake("cross-attention takes no causal mask: the whole source is known before decoding "
                 "starts, so every target position may read every real source token",
-                _causal_on_cross("top-left")),
+                _causal_on_cross("top-left"), name="causal-cross"),
         Mistake("cross-attention takes no causal mask: the whole source is known before decoding "
                 "starts, so every target position may read every real source token",
-                _causal_on_cross("bottom-right")),
+                _causal_on_cross("bottom-right"), name="causal-cross-aligned"),
         Mistake("padding hides keys, the columns (last axis): a real query must never read a padded "
-                "key, whereas hiding query rows lets it", _padding_on_queries),
+                "key, whereas hiding query rows lets it", _padding_on_queries, name="padding-on-queries"),
         Mistake("padding hides keys only: a padded query row keeps the keys it may read (its output is "
-                "simply not used), so do not hide the rows of padded queries as well", _padding_on_both_axes),
+                "simply not used), so do not hide the rows of padded queries as well", _padding_on_both_axes,
+                name="padding-on-both-axes"),
         Mistake("the decoder's self-attention is causal: target position i may not read target "
-                "positions after i", _decoder_not_causal),
+                "positions after i", _decoder_not_causal, name="decoder-not-causal"),
         Mistake("keep the target's padding in the decoder's mask too: every padded key must be hidden "
                 "(with padding at the end the causal part hides it from the real rows, but not from the "
                 "padded rows, and with padding at the start not even from the real rows)",
-                _decoder_without_padding),
+                _decoder_without_padding, name="decoder-without-padding"),
         Mistake("the keys of cross-attention are source tokens: hide the source's padding "
-                "(src_lengths), not the target's", _cross_with_target_lengths),
+                "(src_lengths), not the target's", _cross_with_target_lengths, name="cross-target-padding"),
+        Mistake("a causal mask hides the future of a query: key j <= i, on and below the diagonal; the decoder's "
+                "mask here keeps the keys above it", _decoder_upper, name="decoder-upper-triangle"),
+        Mistake("a target position may read itself: the decoder's causal part keeps the diagonal, j <= i",
+                _decoder_no_diagonal, name="decoder-no-diagonal"),
     ),
     forbidden=("mha",), explain=_role_explain,
 )
 
 
-# ---------------------------------------------------------------- 3. alignment score
+# ---------------------------------------------------------------- 3. alignment score, padding left out
 
-def alignment_accuracy(weights: torch.Tensor, ideal: torch.Tensor) -> torch.Tensor:
-    """weights (B, h, Tq, Tk), ideal (Tq,) int -> (h,): per head, the fraction of (sequence,
-    query) pairs whose largest weight sits on key ideal[i]. Same dtype as weights."""
-    hits = weights.argmax(dim=-1) == ideal           # (B, h, Tq)
-    return hits.to(weights.dtype).mean(dim=(0, 2))   # (h,)
+def alignment_accuracy(weights: torch.Tensor, ideal: torch.Tensor, tgt_lengths: torch.Tensor) -> torch.Tensor:
+    """weights (B, h, Tq, Tk), ideal (Tq,) int, tgt_lengths (B,) int -> (h,): per head, the
+    fraction of the REAL (sequence, query) pairs, query i < tgt_lengths[b], whose largest weight
+    sits on key ideal[i]; padded queries count for nothing. Same dtype as weights."""
+    Tq = weights.shape[-2]
+    hits = weights.argmax(dim=-1) == ideal                           # (B, h, Tq)
+    real = torch.arange(Tq)[None, :] < tgt_lengths[:, None]          # (B, Tq): the queries that count
+    return (hits & real[:, None, :]).sum(dim=(0, 2)).to(weights.dtype) / real.sum().to(weights.dtype)
 
 
 def _planted(g, B, h, Tq, Tk, ideal, dtype, sharp=4.0):
@@ -266,46 +302,99 @@ def _shift(T, s):
     return (torch.arange(T) + s) % T
 
 
+def _lengths(g, B, T):
+    """(B,) real target lengths: the first sequence full, the second padded by two or more, the
+    rest random, so that counting the padded queries, or averaging per sequence, shows."""
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    lengths[0], lengths[1] = T, _int(g, 1, T - 2)
+    return lengths
+
+
 def _align_public(g):
     T = 6
-    return [Case((_planted(g, 3, 2, T, T, _shift(T, 1), torch.float32), _shift(T, 1)),
-                 note="key i + 1 for query i, a peaked head and a random one"),
-            Case((_planted(g, 2, 3, 4, 7, torch.tensor([6, 4, 2, 0]), torch.float64), torch.tensor([6, 4, 2, 0])),
-                 note="fewer queries than keys, float64"),
+    return [Case((_planted(g, 3, 2, T, T, _shift(T, 1), torch.float32), _shift(T, 1), torch.tensor([6, 4, 6])),
+                 note="key i + 1 for query i, a peaked head and a random one; one sequence padded"),
+            Case((_planted(g, 2, 3, 4, 7, torch.tensor([6, 4, 2, 0]), torch.float64), torch.tensor([6, 4, 2, 0]),
+                  torch.tensor([4, 1])), note="fewer queries than keys, float64, a sequence of one real token"),
             Case((_planted(g, 4, 1, 5, 5, torch.arange(4, -1, -1), torch.float32, sharp=1.0),
-                  torch.arange(4, -1, -1)), note="reversal, one head")]
+                  torch.arange(4, -1, -1), torch.tensor([5, 3, 2, 5])), note="reversal, one head")]
 
 
 def _align_hidden(g):
     # Case 0 plants a cyclic shift that is not its own inverse (2s != T mod T): the argmax over
     # queries then disagrees with the argmax over keys in the peaked head.
-    T = _int(g, 3, 9)
+    T = _int(g, 4, 9)
     s = _int(g, 1, T - 1)
     if 2 * s == T:
         s = 1
     B, h = _int(g, 2, 5), _int(g, 2, 4)
-    tq, tk = _int(g, 2, 8), _int(g, 2, 10)
+    tq, tk = _int(g, 3, 8), _int(g, 2, 10)
     ideal = torch.randint(0, tk, (tq,), generator=g)
     ideal_t = torch.randint(0, T, (T,), generator=g)
-    return [Case((_planted(g, B, h, T, T, _shift(T, s), torch.float32), _shift(T, s))),
-            Case((_planted(g, _int(g, 1, 4), _int(g, 1, 3), tq, tk, ideal, torch.float64), ideal)),
-            Case((_planted(g, _int(g, 1, 4), _int(g, 2, 3), T, T, ideal_t, torch.float32, sharp=2.0), ideal_t))]
+    b2, b3 = _int(g, 2, 4), _int(g, 2, 4)
+    # the first case redrawn until every listed mistake answers differently from the others there
+    first = separating(lambda: Case((_planted(g, B, h, T, T, _shift(T, s), torch.float32), _shift(T, s),
+                                     _lengths(g, B, T))), ALIGNMENT)
+    return [first,
+            Case((_planted(g, b2, _int(g, 1, 3), tq, tk, ideal, torch.float64), ideal, _lengths(g, b2, tq))),
+            Case((_planted(g, b3, _int(g, 2, 3), T, T, ideal_t, torch.float32, sharp=2.0), ideal_t,
+                  _lengths(g, b3, T)))]
+
+
+def _align_wrong(kind):
+    def wrong(w, ideal, lengths):
+        Tq = w.shape[-2]
+        best = w.argmax(dim=-2 if kind == "over-queries" else -1)
+        hits = best == ideal                                                   # (B, h, Tq)
+        real = torch.arange(Tq)[None, :] < (lengths + (1 if kind == "inclusive" else 0))[:, None]
+        if kind == "mass":                                                     # mean weight on the ideal key
+            on_ideal = w[:, :, torch.arange(Tq), ideal]                            # (B, h, Tq)
+            return (on_ideal * real[:, None, :]).sum(dim=(0, 2)) / real.sum().to(w.dtype)
+        if kind == "first-sequence":
+            n = int(lengths[0])
+            return (best[0, :, :n] == ideal[:n]).to(w.dtype).mean(dim=-1)
+        if kind == "all-queries":                                              # the page's hits
+            return hits.to(w.dtype).mean(dim=(0, 2))
+        counted = (hits & real[:, None, :]).to(w.dtype)
+        if kind == "divide-by-all":
+            return counted.mean(dim=(0, 2))
+        if kind == "per-sequence":
+            return (counted.sum(dim=2) / real.sum(dim=1, keepdim=True).to(w.dtype)).mean(dim=0)
+        if kind == "count":
+            return counted.sum(dim=(0, 2))
+        if kind == "one-number":
+            return counted.sum() / (real.sum() * w.shape[1]).to(w.dtype)
+        return counted.sum(dim=(0, 2)) / real.sum().to(w.dtype)
+    return wrong
 
 
 ALIGNMENT = Exercise(
-    id="cross.alignment_accuracy", title="How close to the ideal alignment?", lesson="07-cross-attention",
-    function="alignment_accuracy", params=("weights", "ideal"), points=4,
-    reference=alignment_accuracy, public=_align_public, hidden=_align_hidden, public_seed=703,
+    id="cross.alignment_accuracy", title="How close to the ideal alignment, padding left out",
+    lesson="07-cross-attention", function="alignment_accuracy", params=("weights", "ideal", "tgt_lengths"),
+    points=4, reference=alignment_accuracy, public=_align_public, hidden=_align_hidden, public_seed=703,
     mistakes=(
+        Mistake("a padded query is not a real (sequence, query) pair: leave out the queries i >= "
+                "tgt_lengths[b], in the count of hits and in what you divide by", _align_wrong("all-queries"),
+                name="padded-queries-counted"),
+        Mistake("divide by the number of REAL (sequence, query) pairs, not by every query: the padded ones "
+                "cannot score, and must not count against a head either", _align_wrong("divide-by-all"),
+                name="divide-by-all-queries"),
+        Mistake("pool every real (sequence, query) pair before dividing: a mean of per-sequence fractions "
+                "gives a short sequence's queries more weight than a long one's", _align_wrong("per-sequence"),
+                name="mean-of-sequences"),
+        Mistake("sequence b has the real queries 0 .. tgt_lengths[b] - 1: i < tgt_lengths[b], not <=",
+                _align_wrong("inclusive"), name="length-inclusive"),
         Mistake("take the argmax over the keys, the last axis: for each query, the source position "
-                "with the largest weight",
-                lambda w, ideal: (w.argmax(dim=-2) == ideal).to(w.dtype).mean(dim=(0, 2))),
-        Mistake("one score per head: average over the sequences and the queries (dims 0 and 2), "
-                "not over the heads",
-                lambda w, ideal: (w.argmax(dim=-1) == ideal).to(w.dtype).mean()),
-        Mistake("return a fraction between 0 and 1: divide the number of hits by the number of "
-                "(sequence, query) pairs",
-                lambda w, ideal: (w.argmax(dim=-1) == ideal).to(w.dtype).sum(dim=(0, 2))),
+                "with the largest weight", _align_wrong("over-queries"), name="argmax-over-queries"),
+        Mistake("one score per head: pool the sequences and the queries (dims 0 and 2), not the heads",
+                _align_wrong("one-number"), name="heads-pooled"),
+        Mistake("return a fraction between 0 and 1: divide the number of hits by the number of real "
+                "(sequence, query) pairs", _align_wrong("count"), name="count-not-fraction"),
+        Mistake("score the ARGMAX: a hit is a query whose largest weight sits on key ideal[i], whatever that "
+                "weight is; the mean weight on the ideal key is another measure", _align_wrong("mass"),
+                name="weight-not-argmax"),
+        Mistake("pool every sequence of the batch, not only the first one", _align_wrong("first-sequence"),
+                name="first-sequence-only"),
     ),
     forbidden=("mha",),
 )

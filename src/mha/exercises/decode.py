@@ -1,5 +1,5 @@
 """Exercises of lesson 11, decoding at scale: one decoding step with a cache, a grouped-query
-layer made from a multi-head checkpoint, RoPE, the MLA cache."""
+layer made from a multi-head checkpoint, RoPE, and the longest context an MLA cache allows."""
 
 from __future__ import annotations
 
@@ -64,6 +64,8 @@ def _pool_wrong(kind):
             return heads.view(groups, h // groups, d, C).sum(dim=1).reshape(groups * d, C)
         if kind == "first":
             return heads[:: h // groups].reshape(groups * d, C)
+        if kind == "all":
+            return heads.mean(dim=0, keepdim=True).expand(groups, d, C).reshape(groups * d, C)
         # pooling along the features instead of the heads: (h, d) read as (d, h)
         return w.view(d, h, C).view(d, groups, h // groups, C).mean(dim=2).reshape(groups * d, C)
     return wrong
@@ -76,14 +78,16 @@ GQA_FROM_MHA = Exercise(
     mistakes=(
         Mistake("key head j serves the CONSECUTIVE query heads j * (h // g) .. (j + 1) * (h // g) - 1 "
                 "(repeat_interleave's grouping): average those, not the heads j, j + g, j + 2g, ...",
-                _pool_wrong("repeat")),
+                _pool_wrong("repeat"), name="repeat-grouping"),
         Mistake("mean-pool the heads of a group: a sum makes the new key h // g times larger than "
-                "any of the heads it replaces", _pool_wrong("sum")),
+                "any of the heads it replaces", _pool_wrong("sum"), name="sum-not-mean"),
         Mistake("use every head of the group: the conversion keeps their average, not the first one",
-                _pool_wrong("first")),
+                _pool_wrong("first"), name="first-head-only"),
         Mistake("head i owns the d consecutive rows i * d .. (i + 1) * d - 1 of w (nn.Linear's "
                 "(out, in) layout): group whole blocks of rows, not rows taken every h-th",
-                _pool_wrong("features")),
+                _pool_wrong("features"), name="rows-every-h-th"),
+        Mistake("each key/value head is the mean of ITS group of h // g query heads, not of all h heads: the "
+                "groups keep what tells them apart", _pool_wrong("all"), name="mean-of-all-heads"),
     ),
     forbidden=("mha",),
 )
@@ -112,6 +116,14 @@ def _rope_general(x, positions, base, *, layout="interleaved", exponent=2.0, sig
         return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
     x1, x2 = x[:, 0::2], x[:, 1::2]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(1)
+
+
+def _rope_degrees(x, positions, base):
+    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    a = torch.deg2rad(positions.to(x.dtype)[:, None] * theta)
+    x1, x2 = x[:, 0::2], x[:, 1::2]
+    return torch.stack((x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()), dim=-1).flatten(1)
 
 
 def _rope_reassembled_by_halves(x, positions, base):
@@ -163,69 +175,98 @@ ROPE = Exercise(
     mistakes=(
         Mistake("that is the 'half' layout, pairs (i, i + d/2); this exercise asks for the interleaved "
                 "layout, pairs (2i, 2i + 1): x[:, 0::2] and x[:, 1::2]",
-                lambda x, p, b: _rope_general(x, p, b, layout="half")),
+                lambda x, p, b: _rope_general(x, p, b, layout="half"), name="half-layout"),
         Mistake("pair i turns at theta_i = base ** (-2i / d): the exponent is 2i/d (i counts pairs), "
-                "not i/d", lambda x, p, b: _rope_general(x, p, b, exponent=1.0)),
+                "not i/d", lambda x, p, b: _rope_general(x, p, b, exponent=1.0), name="exponent-i-over-d"),
         Mistake("the rotation goes the other way: (x1 cos a - x2 sin a, x1 sin a + x2 cos a)",
-                lambda x, p, b: _rope_general(x, p, b, sign=-1.0)),
+                lambda x, p, b: _rope_general(x, p, b, sign=-1.0), name="rotation-reversed"),
         Mistake("rotate row t by the position given in positions[t], not by t",
-                lambda x, p, b: rope_rotate(x, torch.arange(x.shape[0]), b)),
+                lambda x, p, b: rope_rotate(x, torch.arange(x.shape[0]), b), name="row-index-not-position"),
         Mistake("the exponent is counted twice: torch.arange(0, d, 2) already holds 2i, so theta = "
                 "base ** (-arange(0, d, 2) / d); multiplying by 2 again gives base ** (-4i / d)",
-                lambda x, p, b: _rope_general(x, p, b, exponent=4.0)),
+                lambda x, p, b: _rope_general(x, p, b, exponent=4.0), name="exponent-doubled"),
         Mistake("put each rotated pair back where it came from, positions 2i and 2i + 1: "
                 "torch.stack((first, second), dim=-1).flatten(1), not torch.cat of the two halves",
-                _rope_reassembled_by_halves),
+                _rope_reassembled_by_halves, name="pairs-put-back-as-halves"),
+        Mistake("each pair turns by an angle in radians, position * theta_i: torch's cos and sin take radians, "
+                "so no conversion from degrees", lambda x, p, b: _rope_degrees(x, p, b), name="degrees"),
+        Mistake("the frequencies fall with i: theta_i = base ** (-2i / d), a negative exponent; base ** (2i / d) "
+                "makes the high pairs spin fastest", lambda x, p, b: _rope_general(x, p, b, exponent=-2.0),
+                name="exponent-sign"),
     ),
     forbidden=("mha",), explain=_rope_explain,
 )
 
 
-# ---------------------------------------------------------------- bytes of an MLA cache
+# ---------------------------------------------------------------- how long a context an MLA cache allows
 
-def mla_cache_bytes(layers: int, num_heads: int, head_dim: int, kv_latent_dim: int, rope_dim: int,
-                    seq_len: int, bytes_per_element: int) -> int:
-    """Per token and layer MLA caches the latent (kv_latent_dim) and ONE RoPE key (rope_dim)
-    shared by all heads; num_heads and head_dim do not enter."""
-    return layers * (kv_latent_dim + rope_dim) * seq_len * bytes_per_element
+def mla_max_context(memory_bytes: int, layers: int, num_heads: int, head_dim: int, kv_latent_dim: int,
+                    rope_dim: int, batch: int, bytes_per_element: int) -> int:
+    """The longest context (tokens per sequence) whose MLA cache for ``batch`` sequences fits in
+    ``memory_bytes``: per token and layer MLA caches the latent (kv_latent_dim) and ONE RoPE key
+    (rope_dim) shared by all heads; num_heads and head_dim do not enter."""
+    per_token = layers * (kv_latent_dim + rope_dim) * batch * bytes_per_element   # every layer, every sequence
+    return memory_bytes // per_token
 
 
 def _mla_public(g):
-    return [Case((60, 128, 128, 512, 64, 1, 2), note="DeepSeek-V2, one token, 16-bit"),
-            Case((2, 4, 16, 32, 8, 10, 4), note="a small model in float32"),
-            Case((60, 128, 128, 512, 64, 4096, 2), note="DeepSeek-V2, 4096 tokens")]
+    return [Case((40 * 2 ** 30, 60, 128, 128, 512, 64, 8, 2), note="DeepSeek-V2's shape: 8 sequences in 40 GiB, 16-bit"),
+            Case((10_000_000, 4, 8, 16, 32, 8, 3, 4), note="a small model in float32, 3 sequences"),
+            Case((196_800, 2, 4, 16, 64, 16, 5, 2), note="a budget that fits a whole number of tokens exactly")]
 
 
 def _mla_hidden(g):
+    # layers, batch and bytes per element all different and >= 2 (forgetting one of them then
+    # gives its own count), a budget that is not a whole number of tokens (so that rounding up
+    # shows), and one that is exactly a whole number
     cases = []
-    for _ in range(3):
+    for remainder in ("large", "any", "none"):
+        L, B, e = _int(g, 5, 40), _int(g, 2, 16), _int(g, 2, 4)   # L > e always
+        while B in (L, e):
+            B += 1
         d_h = 16 * _int(g, 1, 8)
-        cases.append(Case((_int(g, 1, 64), _int(g, 2, 64), d_h, d_h * _int(g, 1, 6), 2 * _int(g, 1, 32),
-                           _int(g, 1, 20000), _int(g, 1, 4))))
+        h, dc, dr = _int(g, 2, 64), d_h * _int(g, 1, 6), 2 * _int(g, 1, 32)
+        per_token = L * (dc + dr) * B * e
+        tokens = _int(g, 1, 20000)
+        extra = {"large": _int(g, per_token // 2 + 1, per_token - 1), "any": _int(g, 1, per_token - 1), "none": 0}
+        memory = per_token * tokens + extra[remainder]     # "large": rounding to the nearest token shows
+        cases.append(Case((memory, L, h, d_h, dc, dr, B, e)))
     return cases
 
 
-MLA_BYTES = Exercise(
-    id="decode.mla_cache_bytes", title="Size of an MLA cache", lesson=LESSON,
-    function="mla_cache_bytes",
-    params=("layers", "num_heads", "head_dim", "kv_latent_dim", "rope_dim", "seq_len", "bytes_per_element"),
-    points=2, reference=mla_cache_bytes, public=_mla_public, hidden=_mla_hidden, answer="int",
+def _mla_tokens(M, L, B, e, width, *, up=False):
+    per_token = L * width * B * e
+    return -(-M // per_token) if up else M // per_token
+
+
+MLA_CONTEXT = Exercise(
+    id="decode.mla_max_context", title="How long a context fits in an MLA cache", lesson=LESSON,
+    function="mla_max_context",
+    params=("memory_bytes", "layers", "num_heads", "head_dim", "kv_latent_dim", "rope_dim", "batch",
+            "bytes_per_element"),
+    points=3, reference=mla_max_context, public=_mla_public, hidden=_mla_hidden, answer="int",
     public_seed=1103, dtypes=(),
     mistakes=(
         Mistake("the decoupled RoPE key is cached too: kv_latent_dim + rope_dim values per token and layer",
-                lambda L, h, d, dc, dr, T, e: L * dc * T * e),
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, e, dc), name="no-rope-key"),
         Mistake("one RoPE key is shared by all heads: add rope_dim once, not num_heads * rope_dim",
-                lambda L, h, d, dc, dr, T, e: L * (dc + h * dr) * T * e),
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, e, dc + h * dr), name="rope-key-per-head"),
         Mistake("keys and values are both rebuilt from the same latent: store it once, no factor 2",
-                lambda L, h, d, dc, dr, T, e: L * (2 * dc + dr) * T * e),
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, e, 2 * dc + dr), name="latent-twice"),
         Mistake("that is the cache of plain multi-head attention, 2 * num_heads * head_dim per token: "
                 "MLA stores the latent instead",
-                lambda L, h, d, dc, dr, T, e: 2 * L * h * d * T * e),
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, e, 2 * h * d), name="mha-cache"),
         Mistake("every layer has its own cache: multiply by layers",
-                lambda L, h, d, dc, dr, T, e: (dc + dr) * T * e),
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, 1, B, e, dc + dr), name="one-layer"),
+        Mistake("every sequence of the batch has its own cache: multiply by batch",
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, 1, e, dc + dr), name="one-sequence"),
+        Mistake("count bytes, not numbers: multiply by bytes_per_element",
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, 1, dc + dr), name="elements-not-bytes"),
         Mistake("the latent and the RoPE key are each stored once, not once for K and once for V: "
                 "kv_latent_dim + rope_dim per token and layer, not twice that",
-                lambda L, h, d, dc, dr, T, e: L * 2 * (dc + dr) * T * e),
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, e, 2 * (dc + dr)), name="k-and-v-each"),
+        Mistake("round down: a context one token longer than the budget holds does not fit",
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, e, dc + dr, up=True), name="rounded-up"),
     ),
     forbidden=("mha",),
 )
@@ -271,10 +312,11 @@ def _step_wrong_order(q, kc, vc, kn, vn):
     return decode_step(q, kn, vn, kc, vc)
 
 
-def _step_variant(q, kc, vc, kn, vn, *, diagonal=None, scale=True, multiply=False):
+def _step_variant(q, kc, vc, kn, vn, *, diagonal=None, scale=True, multiply=False, inverted=False):
     k, v = torch.cat([kc, kn], -2), torch.cat([vc, vn], -2)
     Tn, Tk = q.shape[-2], k.shape[-2]
     allowed = torch.ones(Tn, Tk, dtype=torch.bool).tril(diagonal=Tk - Tn if diagonal is None else diagonal(Tn, Tk))
+    allowed = ~allowed if inverted else allowed
     scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
     scores = scores * allowed if multiply else scores.masked_fill(~allowed, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
@@ -302,6 +344,17 @@ def _step_hidden(g):
     return cases
 
 
+def _step_explain(case, outcome):
+    if outcome.status == "value" and outcome.value.kind == "tensor":
+        import numpy as np
+
+        if np.isnan(outcome.value.data.astype(np.float64)).any():
+            return ("a row whose keys are all blocked is all -inf, and its softmax is 0 / 0 = NaN; every new token "
+                    "may see the whole cache, so no row should be empty: is your mask True = may attend, and "
+                    "does masked_fill get the blocked entries?")
+    return None
+
+
 STEP = Exercise(
     id="decode.decode_step", title="One decoding step with a cache", lesson=LESSON,
     function="decode_step", params=("q", "k_cache", "v_cache", "k_new", "v_new"), points=4,
@@ -309,24 +362,28 @@ STEP = Exercise(
     mistakes=(
         Mistake("align the causal mask bottom-right: new token i sits at position Tc + i and may see "
                 "every cached key; a top-left mask (what is_causal=True of torch's fused attention does "
-                "when Tq != Tk) hides most of the cache", _step_top_left),
+                "when Tq != Tk) hides most of the cache", _step_top_left, name="top-left"),
         Mistake("the new tokens must not see each other's future: new token i sees the cache and new "
-                "tokens 0..i only", _step_no_mask),
+                "tokens 0..i only", _step_no_mask, name="no-mask"),
         Mistake("attend over the cached keys and values too: concatenate the cache before the new ones",
-                _step_no_cache),
+                _step_no_cache, name="cache-left-out"),
         Mistake("the cached tokens come first: concatenate [cache, new] along the time axis, not [new, cache]",
-                _step_wrong_order),
+                _step_wrong_order, name="new-before-cache"),
         Mistake("scale the scores by 1 / sqrt(d) before the softmax",
-                lambda *a: _step_variant(*a, scale=False)),
+                lambda *a: _step_variant(*a, scale=False), name="no-scale"),
         Mistake("a new token may attend to itself: new token i sees the keys up to position Tc + i, "
                 "included (one diagonal further than a strictly-earlier mask)",
-                lambda *a: _step_variant(*a, diagonal=lambda tn, tk: tk - tn - 1)),
+                lambda *a: _step_variant(*a, diagonal=lambda tn, tk: tk - tn - 1), name="no-diagonal"),
         Mistake("the offset of the diagonal is the number of cached tokens, Tc = Tk - Tn, not Tn",
-                lambda *a: _step_variant(*a, diagonal=lambda tn, tk: tn)),
+                lambda *a: _step_variant(*a, diagonal=lambda tn, tk: tn), name="offset-tn"),
         Mistake("multiplying the scores by the mask sets a blocked score to 0, and exp(0) still gives it "
-                "weight: fill blocked scores with -inf", lambda *a: _step_variant(*a, multiply=True)),
+                "weight: fill blocked scores with -inf", lambda *a: _step_variant(*a, multiply=True),
+                name="mask-multiplied"),
+        Mistake("the mask says True = may attend: masked_fill writes -inf where its mask is True, so give it "
+                "the blocked entries, ~allowed; filling the allowed ones hides everything a new token may see",
+                lambda *a: _step_variant(*a, inverted=True), name="allowed-filled"),
     ),
-    forbidden=("mha", "torch.nn.attention.bias", "causal_lower_right", "causal_upper_left"),
+    forbidden=("mha", "torch.nn.attention.bias", "causal_lower_right", "causal_upper_left"), explain=_step_explain,
 )
 
-EXERCISES = (STEP, GQA_FROM_MHA, ROPE, MLA_BYTES)   # in the lesson's order
+EXERCISES = (STEP, GQA_FROM_MHA, ROPE, MLA_CONTEXT)   # in the lesson's order

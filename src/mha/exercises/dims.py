@@ -47,9 +47,10 @@ SPLIT = Exercise(
     mistakes=(
         Mistake("a direct view or reshape to (B, h, T, d) scrambles tokens across heads: "
                 "view as (B, T, h, d) first, then transpose(1, 2)",
-                lambda x, h: x.reshape(x.shape[0], h, x.shape[1], x.shape[2] // h)),
+                lambda x, h: x.reshape(x.shape[0], h, x.shape[1], x.shape[2] // h), name="direct-view"),
         Mistake("head i owns channels i*d to (i+1)*d - 1: view as (B, T, h, d), not (B, T, d, h)",
-                lambda x, h: x.reshape(x.shape[0], x.shape[1], x.shape[2] // h, h).permute(0, 3, 1, 2)),
+                lambda x, h: x.reshape(x.shape[0], x.shape[1], x.shape[2] // h, h).permute(0, 3, 1, 2),
+                name="features-interleaved"),
     ),
     forbidden=("mha",), explain=_split_explain, dtypes=("float16", "float32", "float64"),
 )
@@ -96,6 +97,8 @@ def _hib_wrong(order: str):
             return x.reshape(T, B, h, d).permute(2, 1, 0, 3).reshape(h * B, T, d)
         if order == "direct":       # time never moved
             return x.reshape(B * h, T, d)
+        if order == "batch-first":  # x read as (B, T, C)
+            return x.reshape(T, B, h, d).transpose(1, 2).reshape(T * h, B, d)
         return x.reshape(T, B, d, h).permute(1, 3, 0, 2).reshape(B * h, T, d)   # features (d, h)
     return wrong
 
@@ -106,11 +109,15 @@ HEADS_INTO_BATCH = Exercise(
     reference=heads_into_batch, public=_hib_public, hidden=_hib_hidden, public_seed=204,
     mistakes=(
         Mistake("row b * h + i holds head i of sequence b: the heads of one sequence are neighbours "
-                "(batch-major), not row i * B + b", _hib_wrong("head-major")),
+                "(batch-major), not row i * B + b", _hib_wrong("head-major"), name="head-major"),
         Mistake("x is sequence-first, (T, B, C): the time axis must end up second, behind the "
-                "batch-and-heads axis; a reshape alone mixes time and batch", _hib_wrong("direct")),
+                "batch-and-heads axis; a reshape alone mixes time and batch", _hib_wrong("direct"),
+                name="time-not-moved"),
         Mistake("head i owns the features i * d_h .. (i + 1) * d_h - 1: split C as (h, d_h), not "
-                "(d_h, h)", _hib_wrong("interleaved")),
+                "(d_h, h)", _hib_wrong("interleaved"), name="features-interleaved"),
+        Mistake("x is sequence-first, (T, B, C), not batch-first: its first axis is time, so reading it "
+                "as (B, T, C) swaps every sequence with every position", _hib_wrong("batch-first"),
+                name="read-as-batch-first"),
     ),
     forbidden=("mha",), explain=_hib_explain,
 )
@@ -126,10 +133,12 @@ def shapes(batch: int, seq_len: int, embed_dim: int, num_heads: int) -> dict:
     return {"qkv": (B, T, 3 * C), "q_heads": (B, h, T, C // h), "scores": (B, h, T, T), "merged": (B, T, C)}
 
 
-def _shapes_wrong(*, heads_full=False, no_head_axis=False):
+def _shapes_wrong(*, heads_full=False, no_head_axis=False, scores_over_features=False, qkv_one=False,
+                  merged_split=False):
     def wrong(B, T, C, h):
-        return {"qkv": (B, T, 3 * C), "q_heads": (B, h, T, C if heads_full else C // h),
-                "scores": (B, T, T) if no_head_axis else (B, h, T, T), "merged": (B, T, C)}
+        scores = (B, T, T) if no_head_axis else (B, h, T, C // h) if scores_over_features else (B, h, T, T)
+        return {"qkv": (B, T, C) if qkv_one else (B, T, 3 * C), "q_heads": (B, h, T, C if heads_full else C // h),
+                "scores": scores, "merged": (B, T, h, C // h) if merged_split else (B, T, C)}
     return wrong
 
 
@@ -153,10 +162,46 @@ SHAPES = Exercise(
     function="shapes", params=("batch", "seq_len", "embed_dim", "num_heads"), points=3,
     reference=shapes, public=_shapes_public, hidden=_shapes_hidden, answer="shapes", public_seed=203,
     mistakes=(
-        Mistake("each head has width embed_dim // num_heads", _shapes_wrong(heads_full=True)),
-        Mistake("every head has its own (T, T) score matrix: (B, h, T, T)", _shapes_wrong(no_head_axis=True)),
+        Mistake("each head has width embed_dim // num_heads", _shapes_wrong(heads_full=True), name="full-width-heads"),
+        Mistake("every head has its own (T, T) score matrix: (B, h, T, T)", _shapes_wrong(no_head_axis=True),
+                name="no-head-axis"),
+        Mistake("the scores compare every query with every key: their last two axes are both the sequence, "
+                "(B, h, T, T), not (B, h, T, d_h)", _shapes_wrong(scores_over_features=True),
+                name="scores-over-features"),
+        Mistake("one fused projection makes queries, keys and values at once: 3 * embed_dim features per "
+                "token", _shapes_wrong(qkv_one=True), name="qkv-of-one"),
+        Mistake("after the heads are merged back the tensor is (B, T, C) again, one vector per token",
+                _shapes_wrong(merged_split=True), name="merged-still-split"),
     ),
     forbidden=("mha",), dtypes=(),
 )
 
-EXERCISES = (SPLIT, HEADS_INTO_BATCH, SHAPES)
+# ---------------------------------------------------------------- 7. a prediction: the memory of the weights
+
+def weights_mib() -> float:
+    """GPT-2 small's attention layer (C = 768, 12 heads) returns its attention weights for one
+    sequence of 1024 tokens in float32 (need_weights=True): how many MiB does that tensor hold?"""
+    B, h, T, bytes_per_number = 1, 12, 1024, 4
+    return B * h * T * T * bytes_per_number / 2**20          # (B, h, T, T): one weight per head, query, key
+
+
+WEIGHTS_MIB = Exercise(
+    id="dims.weights_mib", title="Predict: the memory of the attention weights", lesson="03-dimension-math",
+    function="weights_mib", params=(), points=2, reference=weights_mib, answer="number", tolerance=0.1,
+    public=lambda g: [Case((), note="GPT-2 small, one sequence of 1024 tokens, float32")], hidden=lambda g: [],
+    public_seed=205,
+    mistakes=(
+        Mistake("every head has its own (T, T) weights: the tensor is (B, h, T, T), 12 times one head's",
+                lambda: 1024 * 1024 * 4 / 2**20, name="one-head"),
+        Mistake("a float32 number takes 4 bytes, not 2", lambda: 12 * 1024 * 1024 * 2 / 2**20, name="two-bytes"),
+        Mistake("the weights compare every query with every key: T x T per head, not T x d_h (that is the "
+                "size of the heads' outputs)", lambda: 12 * 1024 * 64 * 4 / 2**20, name="t-by-d-h"),
+        Mistake("count bytes, then divide by 2**20 for MiB: the number of weights alone is not a size in MiB",
+                lambda: 12 * 1024 * 1024 / 2**20, name="numbers-not-bytes"),
+        Mistake("the weights are (B, h, T, T), T squared: one row of T weights per query, not one weight per "
+                "query", lambda: 12 * 1024 * 4 / 2**20, name="t-not-squared"),
+    ),
+    forbidden=("mha",), dtypes=(),
+)
+
+EXERCISES = (SPLIT, HEADS_INTO_BATCH, SHAPES, WEIGHTS_MIB)

@@ -11,12 +11,20 @@ import ast
 import inspect
 import json
 import textwrap
+import time
 from dataclasses import dataclass, field
 
 from mha import _calls, _plain
 
-from ._core import (Case, Exercise, MalformedResult, Outcome, Verdict, clone_args, describe_args, forbidden_uses,
-                    read_record, settle)
+from ._core import (PENDING, Case, Exercise, MalformedResult, Outcome, Verdict, clone_args, describe_args,
+                    forbidden_uses, read_record, settle)
+
+
+# A kernel answer whose public checks take longer than this (CPU seconds) gets a warning: the
+# grader runs about twice as many checks within its limit for kernel exercises
+# (mha.grading.sandbox.Limits.kernel_exercise_s, 60 s).
+SLOW_KERNEL_S = 2.0
+KERNEL_LIMIT_S = 60.0
 
 
 def traps_of(ex: Exercise) -> list[str]:
@@ -122,7 +130,13 @@ def _check(exercise_id: str, fn) -> CheckResult:
         print(f"  ! {msg}")
 
     cases = ex.public_cases()
+    started = time.process_time()
     outcomes = run_public(ex, fn)
+    spent = time.process_time() - started
+    if ex.kernel and spent > SLOW_KERNEL_S:
+        print(f"  ! the public checks took {spent:.1f} s of CPU time: Triton's interpreter runs a grid's programs "
+              f"one after another, and the grader, with its hidden checks as well, allows a kernel exercise "
+              f"{KERNEL_LIMIT_S:g} s; give each program a block of at least 16 rows")
     if all(o.status == "not-attempted" for o in outcomes):
         result.attempted = False
         result.total = len(cases)
@@ -136,7 +150,7 @@ def _check(exercise_id: str, fn) -> CheckResult:
             label += " (" + ", ".join(ex.params[i] for i in case.noncontiguous) + " not contiguous)"
         if case.note:
             label += f" ({case.note})"
-        mark = "ok " if verdict.passed else "FAIL"
+        mark = "ok " if verdict.passed else " -- " if verdict.message.endswith(PENDING) else "FAIL"
         text = "correct" if verdict.passed else verdict.message
         print(f"  [{mark}] {ex.function}({label}): {text}")
     result.total = len(cases)
@@ -177,13 +191,30 @@ def _forbidden_in(fn, ex: Exercise) -> list[str]:
             pass
     found += forbidden_uses(ast.Module(body=body, type_ignores=[]), ex.forbidden)
     banned = _forbidden_objects(ex.forbidden)
+    module = getattr(fn, "__module__", None)
     for f in _reached(fn):
         for name in _code_names(getattr(f, "__code__", None)):
             obj = getattr(f, "__globals__", {}).get(name)
-            hit = obj is not None and any(obj is b for b in banned)
+            hit = obj is not None and (any(obj is b for b in banned) or _imported_forbidden(obj, ex.forbidden, module))
             if hit and name not in found and "the mha package" not in found:
                 found.append("the mha package" if name == "mha" else name)
     return found
+
+
+def _imported_forbidden(obj, forbidden: tuple[str, ...], notebook: str | None) -> bool:
+    """Whether ``obj``, a global that the answer uses and that its notebook did not define,
+    came in through an import the grader refuses: ``from M import name`` with M a forbidden
+    module (or inside one), or with ``name`` the last part of a forbidden name. The grader
+    sees that import statement in the code it keeps; here only the object is left, and its
+    module and name tell where it came from."""
+    if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
+        return False
+    home = getattr(obj, "__module__", None) or ""
+    if not home or home == notebook:
+        return False
+    leaves = {f.rsplit(".", 1)[-1] for f in forbidden if f != "mha"}
+    return (getattr(obj, "__name__", None) in leaves
+            or any(home == f or home.startswith(f + ".") for f in forbidden if f != "mha"))
 
 
 def _reached(fn, limit: int = 50) -> list:

@@ -106,7 +106,8 @@ _NOT_A_REDUCTION = ("__getitem__", "__get__", "__iter__", "index", "gather", "ta
 def _stats_audit(case, ops):
     """Go through the chunks in order: no operation may reduce (or scan) the scores of more
     than one chunk at once, the way a max over all the chunks seen so far, or over the whole
-    input, does."""
+    input, does. One chunk together with the running (m, l) is one chunk's worth: an answer may
+    take the max of the running max and the chunk's scores in one call (c + 2 values at most)."""
     (chunks,) = case.args
     c = chunks.shape[-1]
     for op in ops:
@@ -114,7 +115,7 @@ def _stats_audit(case, ops):
         if op.view or any(name.startswith(n) or name.endswith(n) for n in _NOT_A_REDUCTION):
             continue
         biggest = max((_numel(s) for s in op.inputs), default=0)
-        if biggest > c and (name.startswith(("cum", "logcum")) or any(_numel(o) < biggest for o in op.outputs)):
+        if biggest > c + 2 and (name.startswith(("cum", "logcum")) or any(_numel(o) < biggest for o in op.outputs)):
             return (f"{name} reduced the scores of more than one chunk at once: keep only the running "
                     "(m, l) and look at one chunk at a time, in order")
     return None
@@ -126,12 +127,13 @@ ONLINE_STATS = Exercise(
     reference=online_softmax_stats, public=_stats_public, hidden=_stats_hidden, public_seed=1001,
     mistakes=(
         Mistake("when the max grows from m to m_new, the sum so far was computed relative to the "
-                "old max: multiply it by exp(m - m_new) before adding the new chunk", _stats_no_rescale),
+                "old max: multiply it by exp(m - m_new) before adding the new chunk", _stats_no_rescale,
+                name="no-rescale"),
         Mistake("rescale the old sum by exp(m_old - m_new), which is <= 1: the old terms shrink "
-                "when the max grows, they do not grow", _stats_rescale_upwards),
+                "when the max grows, they do not grow", _stats_rescale_upwards, name="rescale-upwards"),
         Mistake("while every score seen is -inf, m stays -inf and exp(m - m_new) is "
                 "exp(-inf - (-inf)) = NaN: skip the update (l stays 0) until a finite score arrives",
-                _stats_unguarded),
+                _stats_unguarded, name="no-guard-for-minus-inf"),
     ),
     forbidden=("mha",),
 )
@@ -184,6 +186,22 @@ def _merge_min(a, b):
     return torch.cat([(w1 * o1 + w2 * o2) / (w1 + w2), m, w1 + w2], dim=-1)
 
 
+def _merge_min_reported(a, b):
+    right = merge_partials(a, b)
+    return torch.cat([right[:, :-2], torch.minimum(a[:, -2:-1], b[:, -2:-1]), right[:, -1:]], dim=-1)
+
+
+def _merge_larger_wins(a, b):
+    return torch.where(a[:, -2:-1] >= b[:, -2:-1], a, b)
+
+
+def _merge_without_l(a, b):
+    (o1, m1, l1), (o2, m2, l2) = _split(a), _split(b)
+    m = torch.maximum(m1, m2)
+    w1, w2 = torch.exp(m1 - m), torch.exp(m2 - m)
+    return torch.cat([(w1 * o1 + w2 * o2) / (w1 + w2), m, l1 * w1 + l2 * w2], dim=-1)
+
+
 def _partial(q, k, v):
     """[o, m, l] of softmax(q k^T / sqrt(d)) v over these keys: (Tq, d_v + 2), float64."""
     s = q @ k.T / math.sqrt(q.shape[-1])               # (Tq, Tk_i)
@@ -234,15 +252,22 @@ MERGE = Exercise(
     mistakes=(
         Mistake("l1 and l2 are sums relative to different maxima: bring both to m = max(m1, m2) "
                 "with the factors exp(m1 - m) and exp(m2 - m) before comparing or adding them",
-                _merge_no_max),
+                _merge_no_max, name="no-common-max"),
         Mistake("the two outputs do not count equally: weight each by its share of the merged sum, "
-                "l_i exp(m_i - m) / l", _merge_average),
+                "l_i exp(m_i - m) / l", _merge_average, name="plain-average"),
         Mistake("each o_i is normalised; the weighted sum of the two must be divided by the merged "
-                "l to be normalised again", _merge_unnormalised),
+                "l to be normalised again", _merge_unnormalised, name="unnormalised"),
         Mistake("the merged sum is l = l1 exp(m1 - m) + l2 exp(m2 - m), relative to the merged "
-                "max, not l1 + l2", _merge_plain_sum),
+                "max, not l1 + l2", _merge_plain_sum, name="plain-sum-of-l"),
         Mistake("the merged m is the larger of the two maxima, max(m1, m2): relative to the smaller one "
-                "every exp(m_i - m) is >= 1 and can overflow", _merge_min),
+                "every exp(m_i - m) is >= 1 and can overflow", _merge_min, name="relative-to-min"),
+        Mistake("the merged m is the larger of the two maxima, max(m1, m2), the one the merged l is relative "
+                "to: with min(m1, m2) the pair (m, l) no longer describes the scores", _merge_min_reported,
+                name="min-reported"),
+        Mistake("the partial with the larger max does not hold all the weight: the other one's keys still "
+                "count, each with its share l_i exp(m_i - m) / l", _merge_larger_wins, name="larger-max-wins"),
+        Mistake("weigh each output by l_i exp(m_i - m), its sum brought to the common max, not by exp(m_i - m) "
+                "alone: l_i says how much weight its keys hold", _merge_without_l, name="weights-without-l"),
     ),
     forbidden=("mha",), explain=_merge_note,
 )
@@ -266,13 +291,14 @@ def wasted_scores(q_len: int, k_len: int, block_size: int) -> int:
     return computed - allowed
 
 
-def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0, subtract=True):
+def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0, subtract=True, first_row=False):
     off = tk - tq if offset is None else offset
     computed = 0
     for i0 in range(0, tq, b):
         i1 = min(i0 + b, tq)
         rows = b if full else i1 - i0
-        last_key = min(i1 - 1 + off, tk - 1) if skip else tk - 1
+        deciding = i0 if first_row else i1 - 1
+        last_key = min(deciding + off, tk - 1) if skip else tk - 1
         if last_key >= 0:
             blocks = last_key // b + 1 + extra_block
             computed += rows * (blocks * b if full else min(blocks * b, tk))
@@ -282,7 +308,7 @@ def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0,
 
 def _ws_public(g):
     return [Case((8, 8, 2)), Case((5, 13, 4)), Case((10, 4, 3)),
-            Case((6, 13, 4), note="the diagonal cuts through the tiles")]
+            Case((9, 14, 4), note="the diagonal cuts through the tiles; the last block of queries is short")]
 
 
 def _ws_hidden(g):
@@ -292,11 +318,14 @@ def _ws_hidden(g):
              Case((b, _int(g, 3, 6) * b + _int(g, 1, b - 1), b)),                    # one query block
              Case((_int(g, 3, 6) * b, _int(g, 1, 2) * b, b))]                      # more queries than keys
     # Fewer queries than keys, the diagonal inside the tiles; redrawn until the top-left mask
-    # counts differently (by chance it can give the same number), so that mistake shows.
-    for _ in range(50):
+    # counts differently (by chance it can give the same number), and until deciding a block's
+    # key blocks from its first query differs from counting one key block short (they agree on
+    # every block whose keys cross one block boundary), so that each of these mistakes shows.
+    for _ in range(200):
         tq = _int(g, 1, 3) * b + _int(g, 1, b - 1)
         tk = tq + _int(g, 1, 3) * b + _int(g, 1, b - 1)
-        if _ws_general(tq, tk, b, offset=0) != wasted_scores(tq, tk, b):
+        first, short = _ws_general(tq, tk, b, first_row=True), _ws_general(tq, tk, b, extra_block=-1)
+        if _ws_general(tq, tk, b, offset=0) != wasted_scores(tq, tk, b) and first not in (short, wasted_scores(tq, tk, b)):
             break
     return cases + [Case((tq, tk, b))]
 
@@ -307,16 +336,22 @@ WASTED = Exercise(
     reference=wasted_scores, public=_ws_public, hidden=_ws_hidden, public_seed=1005,
     mistakes=(
         Mistake("skipped tiles are never computed: count the entries of the visited tiles only",
-                lambda tq, tk, b: _ws_general(tq, tk, b, skip=False)),
+                lambda tq, tk, b: _ws_general(tq, tk, b, skip=False), name="skipped-tiles-counted"),
         Mistake("align the mask bottom-right: the queries are the last q_len positions, so query i "
-                "sees keys up to i + k_len - q_len, not up to i", lambda tq, tk, b: _ws_general(tq, tk, b, offset=0)),
+                "sees keys up to i + k_len - q_len, not up to i", lambda tq, tk, b: _ws_general(tq, tk, b, offset=0),
+                name="top-left"),
         Mistake("count the key blocks 0 .. last_key // block_size: that is last_key // block_size + 1 "
                 "blocks, one more than last_key // block_size",
-                lambda tq, tk, b: _ws_general(tq, tk, b, extra_block=-1)),
+                lambda tq, tk, b: _ws_general(tq, tk, b, extra_block=-1), name="one-block-short"),
         Mistake("the last block of queries and of keys may be shorter than block_size: a tile holds "
-                "(its query rows) x (its key columns) scores", lambda tq, tk, b: _ws_general(tq, tk, b, full=True)),
+                "(its query rows) x (its key columns) scores", lambda tq, tk, b: _ws_general(tq, tk, b, full=True),
+                name="full-tiles"),
         Mistake("the question is how many computed scores the mask throws away: subtract the allowed "
-                "entries from the entries of the visited tiles", lambda tq, tk, b: _ws_general(tq, tk, b, subtract=False)),
+                "entries from the entries of the visited tiles", lambda tq, tk, b: _ws_general(tq, tk, b, subtract=False),
+                name="computed-not-wasted"),
+        Mistake("a block of queries needs every key block that its LAST query sees, the one that sees the most: "
+                "deciding from its first query skips tiles the later rows need",
+                lambda tq, tk, b: _ws_general(tq, tk, b, first_row=True), name="first-query-of-block"),
     ),
     forbidden=("mha",), dtypes=(),
 )
@@ -353,7 +388,7 @@ def tiled_window_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wind
 
 
 def _window_variant(q, k, v, window, block_size, *, lower=None, align=True, rescale_acc=True, scale=True,
-                    shared_max=False, guard=True, final_guard=True):
+                    shared_max=False, guard=True, final_guard=True, upper_offset=0):
     Tq, Tk = q.shape[0], k.shape[0]
     q = q / math.sqrt(q.shape[-1]) if scale else q
     p = torch.arange(Tq)[:, None] + ((Tk - Tq) if align else 0)
@@ -362,7 +397,7 @@ def _window_variant(q, k, v, window, block_size, *, lower=None, align=True, resc
     l, acc = torch.zeros(Tq, 1, dtype=q.dtype), torch.zeros(Tq, v.shape[-1], dtype=q.dtype)
     for j0 in range(0, Tk, block_size):
         j = torch.arange(j0, min(j0 + block_size, Tk))[None, :]
-        allowed = (j <= p) & lower(j, p, window)
+        allowed = (j <= p + upper_offset) & lower(j, p, window)
         if not allowed.any():
             continue
         s = (q @ k[j0:j0 + block_size].T).masked_fill(~allowed, NEG_INF)
@@ -456,16 +491,23 @@ TILED_WINDOW = Exercise(
     audit=_window_audit, explain=_window_explain,
     mistakes=(
         Mistake("the window holds `window` keys including the query's own position: p - window < j, "
-                "not p - window <= j", lambda *a: _window_variant(*a, lower=lambda j, p, w: j >= p - w)),
+                "not p - window <= j", lambda *a: _window_variant(*a, lower=lambda j, p, w: j >= p - w),
+                name="window-one-too-wide"),
         Mistake("align bottom-right: with Tq != Tk, query i sits at position p = i + Tk - Tq, not at i",
-                lambda *a: _window_variant(*a, align=False)),
+                lambda *a: _window_variant(*a, align=False), name="top-left"),
         Mistake("a sliding window also hides the keys before p - window + 1: this is the plain causal mask",
-                lambda *a: _window_variant(*a, lower=lambda j, p, w: j >= 0)),
+                lambda *a: _window_variant(*a, lower=lambda j, p, w: j >= 0), name="no-window"),
         Mistake("one running max per query row: a max shared by all the rows of a tile makes the rows "
-                "far below it underflow to 0 / 0", lambda *a: _window_variant(*a, shared_max=True)),
+                "far below it underflow to 0 / 0", lambda *a: _window_variant(*a, shared_max=True),
+                name="one-max-per-tile"),
         Mistake("when the max grows, the output accumulated so far must shrink like the sum: multiply "
-                "acc by exp(m - m_new) too", lambda *a: _window_variant(*a, rescale_acc=False)),
-        Mistake("scale the scores by 1 / sqrt(d) before the exponentials", lambda *a: _window_variant(*a, scale=False)),
+                "acc by exp(m - m_new) too", lambda *a: _window_variant(*a, rescale_acc=False),
+                name="acc-not-rescaled"),
+        Mistake("scale the scores by 1 / sqrt(d) before the exponentials", lambda *a: _window_variant(*a, scale=False),
+                name="no-scale"),
+        Mistake("the window holds `window` keys ending at the query's own position: p - window < j <= p, not "
+                "one position further back", lambda *a: _window_variant(*a, lower=lambda j, p, w: j > p - w - 1,
+                                                                         upper_offset=-1), name="window-one-behind"),
     ),
     forbidden=("mha", "scaled_dot_product_attention", "torch.nn.attention"),
 )

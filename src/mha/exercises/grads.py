@@ -56,12 +56,16 @@ SOFTMAX_JACOBIAN = Exercise(
     mistakes=(
         Mistake("every probability depends on every score through the normalising sum: "
                 "subtract the outer product p p^T, J = diag(p) - p p^T",
-                lambda p: torch.diag(p)),
+                lambda p: torch.diag(p), name="diag-only"),
         Mistake("the off-diagonal entries are not zero: d p_i / d s_j = -p_i p_j for i != j",
-                lambda p: torch.diag(p - p * p)),
+                lambda p: torch.diag(p - p * p), name="no-off-diagonal"),
         Mistake("the sign is the other way round: raising s_i raises p_i, so the diagonal "
                 "p_i (1 - p_i) is positive; J = diag(p) - p p^T",
-                lambda p: torch.outer(p, p) - torch.diag(p)),
+                lambda p: torch.outer(p, p) - torch.diag(p), name="sign-flipped"),
+        Mistake("the diagonal has a term of its own: d p_i / d s_i = p_i (1 - p_i), so J = diag(p) - p p^T; "
+                "- p p^T alone gives only the off-diagonal entries", lambda p: -torch.outer(p, p), name="outer-only"),
+        Mistake("the diagonal term is p_i delta_ij, not (1 - p_i) delta_ij: J = diag(p) - p p^T",
+                lambda p: torch.diag(1 - p) - torch.outer(p, p), name="diag-one-minus-p"),
     ),
     forbidden=NO_AUTOGRAD,
 )
@@ -99,13 +103,22 @@ GQA_KV_GRAD = Exercise(
     mistakes=(
         Mistake("repeat_interleave gives key head j to the CONSECUTIVE query heads j * (h // g) .. "
                 "(j + 1) * (h // g) - 1; query head i reading key head i % g is repeat's layout",
-                lambda gk, groups: gk.view(gk.shape[0], gk.shape[1] // groups, groups, *gk.shape[2:]).sum(dim=1)),
+                lambda gk, groups: gk.view(gk.shape[0], gk.shape[1] // groups, groups, *gk.shape[2:]).sum(dim=1),
+                name="repeat-layout"),
         Mistake("a key head used by several query heads collects the gradient of every use: sum the "
                 "copies' gradients, do not average them",
-                lambda gk, groups: gk.view(gk.shape[0], groups, gk.shape[1] // groups, *gk.shape[2:]).mean(dim=2)),
+                lambda gk, groups: gk.view(gk.shape[0], groups, gk.shape[1] // groups, *gk.shape[2:]).mean(dim=2),
+                name="mean-not-sum"),
         Mistake("every copy of a key head contributes to the loss, not only the first: add up the "
                 "gradients of all h // g copies",
-                lambda gk, groups: gk[:, ::gk.shape[1] // groups].clone()),
+                lambda gk, groups: gk[:, ::gk.shape[1] // groups].clone(), name="first-copy-only"),
+        Mistake("key head j collects the gradients of the query heads that share it, j * (h // g) .. "
+                "(j + 1) * (h // g) - 1, not of every query head",
+                lambda gk, groups: gk.sum(dim=1, keepdim=True).expand(-1, groups, -1, -1).clone(),
+                name="sum-of-all-heads"),
+        Mistake("add the gradients of every copy of a key head, not the last copy's times the number of copies: "
+                "each copy meets different queries", lambda gk, groups: gk[:, gk.shape[1] // groups - 1::gk.shape[1] // groups]
+                * (gk.shape[1] // groups), name="one-copy-times-copies"),
     ),
     forbidden=NO_AUTOGRAD,
 )
@@ -153,6 +166,10 @@ def _sg_wrong(kind):
             return (dS * scale * R).sum()
         if kind == "mean":
             return (dS * R).mean()
+        if kind == "divided":
+            return (dS * R).sum() / scale
+        if kind == "dp":
+            return (dP * R).sum()
         return dS * R
     return wrong
 
@@ -163,13 +180,17 @@ SCALE_GRAD = Exercise(
     reference=scale_grad, public=_sg_public, hidden=_sg_hidden, public_seed=806,
     mistakes=(
         Mistake("pass dP through the softmax with both terms of its Jacobian: dS = P * (dP - rowsum(dP * P)); "
-                "P * dP alone misses the -p p^T term", _sg_wrong("no-rowsum")),
+                "P * dP alone misses the -p p^T term", _sg_wrong("no-rowsum"), name="no-rowsum"),
         Mistake("S = scale * R with R = q k^T, so dL/dscale = sum(dS * R), the raw scores; sum(dS * S) "
-                "is scale times too large", _sg_wrong("scaled")),
+                "is scale times too large", _sg_wrong("scaled"), name="scaled-scores"),
         Mistake("the scale is one number used by every score: add up the contributions of all the "
-                "scores (a sum, not a mean)", _sg_wrong("mean")),
+                "scores (a sum, not a mean)", _sg_wrong("mean"), name="mean-not-sum"),
         Mistake("the scale is a single number, so its gradient is one number: sum dS * R over every "
-                "entry (a 0-dim tensor)", _sg_wrong("matrix")),
+                "entry (a 0-dim tensor)", _sg_wrong("matrix"), name="matrix-not-number"),
+        Mistake("the scale multiplies the scores, S = scale * R, so dS/dscale = R: multiply, do not divide "
+                "by the scale", _sg_wrong("divided"), name="divided-by-scale"),
+        Mistake("dP is the gradient of the weights, not of the scores: pass it through the softmax first, "
+                "dS = P * (dP - rowsum(dP * P)), then sum dS * R", _sg_wrong("dp"), name="stopped-at-dp"),
     ),
     forbidden=NO_AUTOGRAD,
 )
@@ -217,6 +238,10 @@ def _lb_wrong(kind):
             return gx, torch.einsum("bto,bti->boi", grad_y, x), gb
         if kind == "bias":
             return gx, gw, grad_y.sum(dim=0)
+        if kind == "first-sequence":
+            return gx, grad_y[0].T @ x[0], gb
+        if kind == "bias-value":
+            return gx, gw, b * x.shape[0] * x.shape[1]
         return gx, gw / (x.shape[0] * x.shape[1]), gb / (x.shape[0] * x.shape[1])
     return wrong
 
@@ -234,15 +259,20 @@ LINEAR_BACKWARD = Exercise(
     reference=linear_backward, public=_lb_public, hidden=_lb_hidden, public_seed=807,
     mistakes=(
         Mistake("y = x w^T, so dL/dx = grad_y @ w; grad_y @ w.T is right only by accident, when the "
-                "layer is square", _lb_wrong("dx")),
+                "layer is square", _lb_wrong("dx"), name="dx-w-transposed"),
         Mistake("w is stored (n_out, n_in), as nn.Linear stores it, and its gradient has the same layout: "
-                "grad_y^T x, not x^T grad_y", _lb_wrong("layout")),
+                "grad_y^T x, not x^T grad_y", _lb_wrong("layout"), name="dw-transposed"),
         Mistake("w is shared by every sequence of the batch: sum the per-sequence gradients over B too, "
-                "giving one (n_out, n_in) matrix", _lb_wrong("per-sequence")),
+                "giving one (n_out, n_in) matrix", _lb_wrong("per-sequence"), name="dw-per-sequence"),
         Mistake("the bias is added at every position of every sequence: sum grad_y over the batch AND "
-                "the positions, giving (n_out,)", _lb_wrong("bias")),
+                "the positions, giving (n_out,)", _lb_wrong("bias"), name="db-batch-only"),
         Mistake("sum the contributions, do not average them: grad_y is already dL/dy, any averaging in "
-                "the loss is inside it", _lb_wrong("mean")),
+                "the loss is inside it", _lb_wrong("mean"), name="averaged"),
+        Mistake("w is shared by every sequence of the batch: dL/dw sums the products of ALL sequences, not "
+                "only the first one's", _lb_wrong("first-sequence"), name="dw-first-sequence"),
+        Mistake("dL/db is the sum of grad_y over the batch and the positions; b itself does not appear in "
+                "its own gradient (y depends on b linearly, with slope 1)", _lb_wrong("bias-value"),
+                name="db-from-b"),
     ),
     forbidden=NO_AUTOGRAD, explain=_lb_explain,
 )

@@ -48,11 +48,12 @@ def _single_public(g):
 def _single_hidden(g):
     cases = [_single_case(g, _int(g, 2, 8), c, _int(g, 2, c), dt)
              for c, dt in ((_int(g, 3, 12), torch.float32), (_int(g, 3, 12), torch.float64))]
-    # Always one head narrower than C, with T different from both: there every listed
-    # mistake (sqrt(C), sqrt(T) for sqrt(d), ...) changes the answer.
-    c = _int(g, 4, 12)
+    # Always one head narrower than C, with T different from both and neither C nor T equal to
+    # d * d: there every listed mistake (sqrt(C), sqrt(T) or d for sqrt(d), ...) changes the
+    # answer, each differently.
+    c = _other(g, 5, 12, (9,))
     d = _int(g, 2, c - 1)
-    return cases + [_single_case(g, _other(g, 2, 9, (d, c)), c, d, torch.float32)]
+    return cases + [_single_case(g, _other(g, 2, 9, (d, c, d * d)), c, d, torch.float32)]
 
 
 def _other(g: torch.Generator, low: int, high: int, avoid) -> int:
@@ -84,17 +85,20 @@ SINGLE = Exercise(
     reference=single_head, public=_single_public, hidden=_single_hidden, public_seed=102,
     mistakes=(
         Mistake("divide the scores by sqrt(d), the width of one head",
-                lambda x, a, b, c: _one_head(x, a, b, c, scale=1.0)),
+                lambda x, a, b, c: _one_head(x, a, b, c, scale=1.0), name="no-scale"),
         Mistake("scale by sqrt(d), the head width (w_q.shape[1]), not sqrt(C), the model width",
-                lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[-1]))),
+                lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[-1])), name="scale-by-c"),
         Mistake("scale by sqrt(d), the width of a query and a key, not sqrt(T), the number of keys",
-                lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[-2]))),
+                lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[-2])), name="scale-by-t"),
         Mistake("the softmax runs over the keys, the last dimension (dim=-1)",
-                lambda x, a, b, c: _one_head(x, a, b, c, dim=-2)),
+                lambda x, a, b, c: _one_head(x, a, b, c, dim=-2), name="softmax-over-queries"),
         Mistake("scale the scores before the softmax: dividing the weights after it leaves rows that "
-                "no longer sum to 1", lambda x, a, b, c: _one_head(x, a, b, c, after=True)),
+                "no longer sum to 1", lambda x, a, b, c: _one_head(x, a, b, c, after=True),
+                name="scale-after-softmax"),
         Mistake("row i of the scores is query i against every key: Q @ K.T, not K @ Q.T (which gives "
-                "the transposed matrix)", lambda x, a, b, c: _one_head(x, a, b, c, swap=True)),
+                "the transposed matrix)", lambda x, a, b, c: _one_head(x, a, b, c, swap=True), name="k-times-q"),
+        Mistake("divide by sqrt(d), not by d: the scores' spread grows like sqrt(d), the square root of the "
+                "head width", lambda x, a, b, c: _one_head(x, a, b, c, scale=float(a.shape[-1])), name="scale-by-d"),
     ),
     forbidden=NO_MHA, explain=_single_explain,
 )
@@ -145,17 +149,28 @@ BATCHED = Exercise(
     reference=batched_head, public=_batched_public, hidden=_batched_hidden, public_seed=104,
     mistakes=(
         Mistake("k.shape[0] is the batch size B here: the scale is 1 / sqrt(d) with d the head width, "
-                "k.shape[-1]", lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[0]))),
+                "k.shape[-1]", lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[0])),
+                name="scale-by-batch"),
         Mistake("scale by sqrt(d), the width of a query and a key (k.shape[-1]), not sqrt(T), the number "
-                "of keys (k.shape[1])", lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[1]))),
+                "of keys (k.shape[1])", lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[1])),
+                name="scale-by-t"),
         Mistake("with a batch the scores are (B, T, T) and dim=1 runs over the queries: the softmax "
-                "runs over the keys, dim=-1", lambda x, a, b, c: _one_head(x, a, b, c, dim=1)),
+                "runs over the keys, dim=-1", lambda x, a, b, c: _one_head(x, a, b, c, dim=1),
+                name="softmax-over-queries"),
         Mistake("row i of the scores is query i against every key: q @ k.transpose(-2, -1), not "
-                "k @ q.transpose(-2, -1)", lambda x, a, b, c: _one_head(x, a, b, c, swap=True)),
+                "k @ q.transpose(-2, -1)", lambda x, a, b, c: _one_head(x, a, b, c, swap=True), name="k-times-q"),
         Mistake("scale the scores before the softmax: dividing the weights after it leaves rows that "
-                "no longer sum to 1", lambda x, a, b, c: _one_head(x, a, b, c, after=True)),
+                "no longer sum to 1", lambda x, a, b, c: _one_head(x, a, b, c, after=True),
+                name="scale-after-softmax"),
         Mistake("keep the scale: divide the scores by sqrt(d) before the softmax",
-                lambda x, a, b, c: _one_head(x, a, b, c, scale=1.0)),
+                lambda x, a, b, c: _one_head(x, a, b, c, scale=1.0), name="no-scale"),
+        Mistake("scale by sqrt(d), the width of one head (k.shape[-1] or w_q.shape[1]), not sqrt(C), the "
+                "width of x", lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[-1])),
+                name="scale-by-c"),
+        Mistake("that fixes the transpose only: the scale still uses k.shape[0], the batch size, and the "
+                "softmax still runs over dim=1, the queries; the colleague's code has three bugs",
+                lambda x, a, b, c: _one_head(x, a, b, c, scale=math.sqrt(x.shape[0]), dim=1),
+                name="only-transpose-fixed"),
     ),
     forbidden=NO_MHA, explain=_batched_explain,
 )
@@ -175,15 +190,21 @@ def multi_query_head(x, w_q, w_k, w_v, w_o, num_heads):
     return heads.transpose(1, 2).reshape(B, T, C) @ w_o
 
 
-def _mqa_variant(x, w_q, w_k, w_v, w_o, h, *, split="right", merge="right", scale=None, project=True):
+def _mqa_variant(x, w_q, w_k, w_v, w_o, h, *, split="right", merge="right", scale=None, project=True, dim=-1,
+                 w_o_t=False):
     B, T, C = x.shape
     d = C // h
     q = x @ w_q
-    q = q.view(B, T, h, d).transpose(1, 2) if split == "right" else q.reshape(B, h, T, d)
+    if split == "right":
+        q = q.view(B, T, h, d).transpose(1, 2)
+    elif split == "interleaved":                               # head i gets every h-th feature
+        q = q.view(B, T, d, h).permute(0, 3, 1, 2)
+    else:
+        q = q.reshape(B, h, T, d)
     k, v = (x @ w_k)[:, None], (x @ w_v)[:, None]
-    out = torch.softmax(q @ k.transpose(-2, -1) / (scale or math.sqrt(d)), dim=-1) @ v
+    out = torch.softmax(q @ k.transpose(-2, -1) / (scale or math.sqrt(d)), dim=dim) @ v
     out = out.transpose(1, 2).reshape(B, T, C) if merge == "right" else out.reshape(B, T, C)
-    return out @ w_o if project else out
+    return out @ (w_o.T if w_o_t else w_o) if project else out
 
 
 def _mqa_case(g, b, t, h, d, dtype=torch.float32):
@@ -220,15 +241,25 @@ MULTI_QUERY = Exercise(
     reference=multi_query_head, public=_mqa_public, hidden=_mqa_hidden, public_seed=105,
     mistakes=(
         Mistake("after merging the heads, mix them with the output projection: merged @ w_o",
-                lambda *a: _mqa_variant(*a, project=False)),
+                lambda *a: _mqa_variant(*a, project=False), name="no-out-proj"),
         Mistake("view the queries (B, T, C) as (B, T, h, d) and then transpose to (B, h, T, d); a "
                 "direct view to (B, h, T, d) mixes tokens across heads",
-                lambda *a: _mqa_variant(*a, split="direct")),
+                lambda *a: _mqa_variant(*a, split="direct"), name="direct-view"),
         Mistake("merge the heads back by transposing (B, h, T, d) to (B, T, h, d) before the reshape "
                 "to (B, T, C); a direct reshape mixes tokens across heads",
-                lambda *a: _mqa_variant(*a, merge="direct")),
+                lambda *a: _mqa_variant(*a, merge="direct"), name="direct-merge"),
         Mistake("each head has width d = C // num_heads: scale by sqrt(d), not sqrt(C)",
-                lambda *a: _mqa_variant(*a, scale=math.sqrt(a[0].shape[-1]))),
+                lambda *a: _mqa_variant(*a, scale=math.sqrt(a[0].shape[-1])), name="scale-by-c"),
+        Mistake("divide the scores by sqrt(d), d = C // num_heads the width of a head, before the softmax",
+                lambda *a: _mqa_variant(*a, scale=1.0), name="no-scale"),
+        Mistake("w_o is applied as x @ W here, like w_q, w_k and w_v: merged @ w_o, not merged @ w_o.T",
+                lambda *a: _mqa_variant(*a, w_o_t=True), name="w-o-transposed"),
+        Mistake("the softmax runs over the keys, the last dimension: the scores are (B, h, T, T) and "
+                "dim=-2 normalises over the queries", lambda *a: _mqa_variant(*a, dim=-2),
+                name="softmax-over-queries"),
+        Mistake("head i owns the features i * d .. (i + 1) * d - 1: view the queries as (B, T, h, d), not "
+                "(B, T, d, h), which gives head i every h-th feature", lambda *a: _mqa_variant(*a, split="interleaved"),
+                name="heads-interleaved"),
     ),
     forbidden=NO_MHA, explain=_mqa_explain,
 )

@@ -57,7 +57,18 @@ def _kc_wrong(kind):
     def wrong(w_q, w_k, w_v, w_o):
         qk = w_q @ w_k.transpose(-2, -1)
         ov = w_v @ w_o
-        if kind == "q-composition":                          # head a writes into the query side
+        if kind == "v-composition":
+            m = ov[:, None] @ qk[None].transpose(-2, -1) @ ov[:, None]
+            return torch.linalg.matrix_norm(m) / (torch.linalg.matrix_norm(ov)[:, None] ** 2
+                                                  * torch.linalg.matrix_norm(qk)[None, :])
+        if kind == "cosine":
+            a, b = ov.flatten(1), qk.flatten(1)
+            return (a / a.norm(dim=1, keepdim=True)) @ (b / b.norm(dim=1, keepdim=True)).T
+        if kind == "spectral":
+            m = qk[None] @ ov[:, None].transpose(-2, -1)
+            two = lambda x: torch.linalg.matrix_norm(x, ord=2)      # noqa: E731
+            return two(m) / (two(qk)[None, :] * two(ov)[:, None])
+        if kind == "q-composition":                          # = W_QK built as W_K W_Q^T, in norm                          # head a writes into the query side
             m = ov[:, None] @ qk[None]
         elif kind == "no-transpose":
             m = qk[None] @ ov[:, None]
@@ -85,15 +96,25 @@ K_COMPOSITION = Exercise(
     lesson="13-induction-heads", function="k_composition", params=("w_q", "w_k", "w_v", "w_o"), points=4,
     reference=k_composition, public=_kc_public, hidden=_kc_hidden, public_seed=1304, explain=_kc_explain,
     mistakes=(
-        Mistake("that is Q-composition, where head a writes into the QUERY's stream (x_src W_OV W_QK "
-                "x_k^T); in K-composition it writes into the key's: x_q W_QK (x_src W_OV)^T, so "
-                "M = W_QK W_OV^T", _kc_wrong("q-composition")),
+        Mistake("these are the norms of W_OV W_QK, which come from Q-composition (head a writing into the "
+                "QUERY's stream, x_src W_OV W_QK x_k^T), or just as well from W_QK built as W_K W_Q^T (the "
+                "transpose of W_Q W_K^T): in K-composition head a writes into the key's stream, x_q W_QK "
+                "(x_src W_OV)^T, with W_QK = W_Q W_K^T, so M = W_QK W_OV^T", _kc_wrong("q-composition"),
+                name="q-composition"),
         Mistake("the key is x_k = x_src W_OV, a row vector, so x_k^T = W_OV^T x_src^T: "
-                "M = W_QK W_OV^T, with the transpose", _kc_wrong("no-transpose")),
+                "M = W_QK W_OV^T, with the transpose", _kc_wrong("no-transpose"), name="ov-not-transposed"),
         Mistake("divide by ||W_QK||_F ||W_OV||_F: without it the score grows with the size of the "
-                "weights, not with how much the two heads line up", _kc_wrong("unnormalised")),
+                "weights, not with how much the two heads line up", _kc_wrong("unnormalised"), name="unnormalised"),
         Mistake("one row per first-layer head a and one column per second-layer head b: (h1, h2), not "
-                "its transpose", _kc_wrong("transposed")),
+                "its transpose", _kc_wrong("transposed"), name="table-transposed"),
+        Mistake("measure the composition with the Frobenius norm, ||M||_F, as the statement asks; the spectral "
+                "norm keeps only the largest singular value", _kc_wrong("spectral"), name="spectral-norm"),
+        Mistake("compose the two matrices, M = W_QK W_OV^T, then take its norm: the cosine between W_QK and "
+                "W_OV flattened asks whether they are alike, not whether one feeds the other",
+                _kc_wrong("cosine"), name="cosine-of-weights"),
+        Mistake("that is V-composition, head a writing into what head b's VALUES read (W_OV^a W_OV^b); "
+                "K-composition goes through the keys: M = W_QK W_OV^T", _kc_wrong("v-composition"),
+                name="v-composition"),
     ),
     forbidden=NO_MHA,
 )
@@ -156,6 +177,12 @@ def _pm_wrong(kind):
         B, T = tokens.shape
         same = tokens[:, :, None] == tokens[:, None, :]
         lower = torch.ones(T, T, dtype=torch.bool).tril(-1)
+        if kind == "previous-token":
+            return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2))
+        if kind == "half":
+            half = T // 2
+            i = torch.arange(half, T)
+            return weights[:, :, i, i - half + 1].mean(dim=(0, 2))
         if kind == "occurrence":                                # the earlier occurrence itself
             target = same & lower
         else:
@@ -181,13 +208,18 @@ PREFIX = Exercise(
     mistakes=(
         Mistake("an induction head attends to the token AFTER an earlier occurrence (key j with "
                 "tokens[j - 1] == tokens[i]), not to the earlier occurrence itself (that is a "
-                "duplicate-token head)", _pm_wrong("occurrence")),
+                "duplicate-token head)", _pm_wrong("occurrence"), name="duplicate-token"),
         Mistake("average over the queries that have a target only: a query whose token never occurred "
-                "before has nothing to match", _pm_wrong("all-queries")),
+                "before has nothing to match", _pm_wrong("all-queries"), name="all-queries"),
         Mistake("a query with several earlier occurrences has several targets: add up its weight on "
-                "all of them, do not average", _pm_wrong("mean-over-targets")),
+                "all of them, do not average", _pm_wrong("mean-over-targets"), name="mean-over-targets"),
         Mistake("every earlier occurrence counts, not only the most recent one: sum the weight on the "
-                "tokens after each of them", _pm_wrong("latest")),
+                "tokens after each of them", _pm_wrong("latest"), name="latest-only"),
+        Mistake("a prefix-matching head attends to the token AFTER an earlier occurrence of the query's own "
+                "token: the weight on key i - 1, the previous token, is what a previous-token head scores",
+                _pm_wrong("previous-token"), name="previous-token"),
+        Mistake("the repeats are found from the tokens themselves, wherever they are: do not assume the second "
+                "half of each sequence repeats the first", _pm_wrong("half"), name="second-half-assumed"),
     ),
     forbidden=NO_MHA,
 )
@@ -211,6 +243,13 @@ def _ablate(o, w, head, replace):
     x = o.clone()
     x[:, head] = replace(o)
     return x.transpose(1, 2).reshape(B, T, h * d) @ w.T
+
+
+def _rows_zeroed(o, w, head):
+    B, h, T, d = o.shape
+    w = w.clone()
+    w[head * d:(head + 1) * d] = 0
+    return o.transpose(1, 2).reshape(B, T, h * d) @ w.T
 
 
 def _ma_case(g, b, h, t, d, head, dtype=torch.float32):
@@ -240,19 +279,58 @@ MEAN_ABLATE = Exercise(
     mistakes=(
         Mistake("that is zero-ablation, as in this lesson: mean-ablation replaces the head's output by "
                 "its average output, which keeps the next layer's input on its usual scale",
-                lambda o, w, head: _ablate(o, w, head, lambda o: 0.0)),
+                lambda o, w, head: _ablate(o, w, head, lambda o: 0.0), name="zero-ablation"),
         Mistake("average the head's output over the batch AND the positions: one (d_h,) vector for the "
                 "whole data, not one per sequence",
-                lambda o, w, head: _ablate(o, w, head, lambda o: o[:, head].mean(dim=1, keepdim=True))),
+                lambda o, w, head: _ablate(o, w, head, lambda o: o[:, head].mean(dim=1, keepdim=True)),
+                name="mean-per-sequence"),
         Mistake("average over the batch and the positions, keeping the d_h features apart: the mean over "
                 "a token's features is one number, not the head's average output",
-                lambda o, w, head: _ablate(o, w, head, lambda o: o[:, head].mean(dim=-1, keepdim=True))),
+                lambda o, w, head: _ablate(o, w, head, lambda o: o[:, head].mean(dim=-1, keepdim=True)),
+                name="mean-over-features"),
         Mistake("replace the head by ITS OWN mean output, not by the mean of all the heads",
-                lambda o, w, head: _ablate(o, w, head, lambda o: o.mean(dim=(0, 1, 2)))),
+                lambda o, w, head: _ablate(o, w, head, lambda o: o.mean(dim=(0, 1, 2))), name="mean-of-all-heads"),
         Mistake("nn.Linear computes x @ W.T: transpose the weight",
-                lambda o, w, head: _ablate(o, w.T, head, lambda o: o[:, head].mean(dim=(0, 1)))),
+                lambda o, w, head: _ablate(o, w.T, head, lambda o: o[:, head].mean(dim=(0, 1))),
+                name="weight-not-transposed"),
+        Mistake("that is the lesson's mean, over the sequences at each position, one vector per position; this "
+                "exercise asks for one mean over the batch AND the positions, a single (d_h,) vector",
+                lambda o, w, head: _ablate(o, w, head, lambda o: o[:, head].mean(dim=0, keepdim=True)),
+                name="mean-per-position"),
+        Mistake("replace the head's output by its mean and keep it: zeroing the head's rows of W_O and adding "
+                "nothing back is zero-ablation", _rows_zeroed, name="rows-zeroed"),
+        Mistake("average over the whole batch, not over the first sequence's positions only",
+                lambda o, w, head: _ablate(o, w, head, lambda o: o[0, head].mean(dim=0)), name="first-sequence-mean"),
     ),
     forbidden=NO_MHA,
 )
 
-EXERCISES = (K_COMPOSITION, PREFIX, MEAN_ABLATE)
+# ---------------------------------------------------------------- 4. a prediction: which head composes
+
+def composing_head() -> int:
+    """Three first-layer heads write into three blocks of the residual stream's 12 features:
+    head 0 into features 8-11, head 1 into 0-3, head 2 into 4-7. A second-layer head reads its
+    queries from features 0-3, its keys from 4-7 and its values from 8-11. With which
+    first-layer head does it K-compose?"""
+    writes = {0: range(8, 12), 1: range(0, 4), 2: range(4, 8)}
+    keys_read = range(4, 8)                      # K-composition: head a writes what the keys read
+    return next(a for a, block in writes.items() if block == keys_read)
+
+
+COMPOSING_HEAD = Exercise(
+    id="induction.composing_head", title="Predict: which head composes?", lesson="13-induction-heads",
+    function="composing_head", params=(), points=2, reference=composing_head, answer="number", tolerance=0.0,
+    public=lambda g: [Case((), note="three first-layer heads, one second-layer head")], hidden=lambda g: [],
+    public_seed=1307,
+    mistakes=(
+        Mistake("head 1 writes into the features the QUERIES read: that is Q-composition; K-composition runs "
+                "through the keys, so look for the head that writes what W_K reads", lambda: 1,
+                name="q-composition"),
+        Mistake("head 0 writes into the features the VALUES read: that is V-composition; K-composition runs "
+                "through the keys, so look for the head that writes what W_K reads", lambda: 0,
+                name="v-composition"),
+    ),
+    forbidden=NO_MHA, dtypes=(),
+)
+
+EXERCISES = (K_COMPOSITION, PREFIX, MEAN_ABLATE, COMPOSING_HEAD)

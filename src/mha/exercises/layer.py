@@ -24,6 +24,11 @@ def concat_heads(heads: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:
     return merged @ w_o.T
 
 
+def _concat_sum(heads, w_o):
+    d = heads.shape[-1]
+    return heads.sum(0) @ w_o.T[:d]
+
+
 def _concat_case(g, h, b, t, d, dtype=torch.float32):
     c = h * d
     return Case((_randn(g, h, b, t, d, dtype=dtype), _randn(g, c, c, dtype=dtype, scale=1 / math.sqrt(c))))
@@ -60,13 +65,19 @@ CONCAT = Exercise(
     reference=concat_heads, public=_concat_public, hidden=_concat_hidden, public_seed=601,
     mistakes=(
         Mistake("the concatenated heads still need the output projection W_O: return merged @ w_o.T; "
-                "without it no output channel mixes two heads", _concat_wrong(project=False)),
+                "without it no output channel mixes two heads", _concat_wrong(project=False), name="no-out-proj"),
         Mistake("w_o is stored as nn.Linear stores it, (out_features, in_features): multiply by w_o.T",
-                _concat_wrong(transpose_w=False)),
+                _concat_wrong(transpose_w=False), name="w-o-not-transposed"),
         Mistake("head i's d features go to columns i*d to (i+1)*d - 1: put the head axis before the "
-                "feature axis when you flatten ((B, T, h, d), not (B, T, d, h))", _concat_wrong(order="dh")),
+                "feature axis when you flatten ((B, T, h, d), not (B, T, d, h))", _concat_wrong(order="dh"),
+                name="features-interleaved"),
         Mistake("a plain reshape of (h, B, T, d) to (B, T, C) mixes batch and time across heads: "
-                "move the head axis first (permute(1, 2, 0, 3)), then flatten", _concat_wrong(order="raw")),
+                "move the head axis first (permute(1, 2, 0, 3)), then flatten", _concat_wrong(order="raw"),
+                name="direct-reshape"),
+        Mistake("concatenate the heads side by side, do not add them: each head keeps its own d columns, "
+                "and W_O has a block of weights for each", _concat_sum, name="heads-summed"),
+        Mistake("concatenate in head order, head 0 first: head i's features meet columns i * d .. (i + 1) * d - 1 "
+                "of w_o", lambda heads, w_o: concat_heads(heads.flip(0), w_o), name="heads-reversed"),
     ),
     forbidden=("mha",),
 )
@@ -119,6 +130,8 @@ def _gqa_qkv_wrong(kind: str):
             q = x[:, :, :, :per].reshape(B, T, h, d).transpose(1, 2)
             return q, x[:, :, :, per].transpose(1, 2), x[:, :, :, per + 1].transpose(1, 2)
         q, k, v = qkv.split([h * d, groups * d, groups * d], dim=-1)
+        if kind == "interleaved":       # (B, T, d, n): head i gets every n-th feature
+            return tuple(t.reshape(B, T, d, -1).permute(0, 3, 1, 2) for t in (q, k, v))
         if kind == "direct":            # a reshape straight to (B, n, T, d)
             return q.reshape(B, h, T, d), k.reshape(B, groups, T, d), v.reshape(B, groups, T, d)
         heads = [t.reshape(B, T, n, d).transpose(1, 2) for t, n in ((q, h), (k, groups), (v, groups))]
@@ -130,6 +143,9 @@ def _gqa_qkv_wrong(kind: str):
 
 def _gqa_qkv_explain(case, outcome):
     qkv, h, groups = case.args
+    if outcome.status == "raised" and outcome.error_type == "RuntimeError" and "shape" in outcome.error_message:
+        return ("the fused projection is h + 2 g heads of width d wide, not three equal parts: d = width // "
+                "(h + 2 g), and the queries take h * d features, the keys and the values g * d each")
     if outcome.status == "value" and outcome.value.kind in ("tuple", "list") and outcome.value.length == 3:
         k = outcome.value.data[1]
         if k.kind == "tensor" and k.data.ndim == 4 and k.data.shape[1] == h and h != groups:
@@ -145,13 +161,15 @@ SPLIT_QKV_GQA = Exercise(
     mistakes=(
         Mistake("the fused weight is cat[W_q; W_k; W_v]: all the query heads' features come first, then "
                 "all the key heads', then all the value heads'; they are not grouped per key/value head",
-                _gqa_qkv_wrong("grouped")),
+                _gqa_qkv_wrong("grouped"), name="grouped-per-kv-head"),
         Mistake("view each part as (B, T, n, d) and then transpose to (B, n, T, d); a direct reshape to "
-                "(B, n, T, d) mixes tokens across heads", _gqa_qkv_wrong("direct")),
+                "(B, n, T, d) mixes tokens across heads", _gqa_qkv_wrong("direct"), name="direct-reshape"),
         Mistake("W_k comes before W_v in the fused weight: the key heads are the middle part",
-                _gqa_qkv_wrong("swapped")),
+                _gqa_qkv_wrong("swapped"), name="k-and-v-swapped"),
         Mistake("return the g key and value heads as they are, (B, g, T, d); sharing them among the "
-                "query heads is attention's job, not the split's", _gqa_qkv_wrong("expanded")),
+                "query heads is attention's job, not the split's", _gqa_qkv_wrong("expanded"), name="kv-expanded"),
+        Mistake("each head's d features are consecutive: view each part as (B, T, n, d), not (B, T, d, n), "
+                "which gives head i every n-th feature", _gqa_qkv_wrong("interleaved"), name="features-interleaved"),
     ),
     forbidden=("mha",), explain=_gqa_qkv_explain,
 )
@@ -199,15 +217,22 @@ DROPOUT = Exercise(
     reference=attention_dropout, public=_dropout_public, hidden=_dropout_hidden, public_seed=603,
     mistakes=(
         Mistake("scale the surviving weights by 1 / (1 - p), so that each weight keeps its expected value",
-                lambda w, keep, p: w * keep),
+                lambda w, keep, p: w * keep, name="no-rescale"),
         Mistake("divide by the probability of keeping a weight, 1 - p, not by the drop probability p",
-                lambda w, keep, p: w * keep / p),
+                lambda w, keep, p: w * keep / p, name="divide-by-p"),
         Mistake("multiplying the survivors by (1 - p) is the old test-time convention; here the survivors "
-                "are divided by (1 - p) during training", lambda w, keep, p: w * keep * (1 - p)),
+                "are divided by (1 - p) during training", lambda w, keep, p: w * keep * (1 - p),
+                name="times-one-minus-p"),
         Mistake("do not renormalise the rows: after dropout a row no longer sums to 1 in training, "
-                "and that is intended", _renormalised),
+                "and that is intended", _renormalised, name="renormalised"),
         Mistake("keep is True where the weight survives: zero the weights where keep is False",
-                lambda w, keep, p: w * ~keep / (1 - p)),
+                lambda w, keep, p: w * ~keep / (1 - p), name="keep-inverted"),
+        Mistake("this is the weights unchanged, what dropout does in evaluation mode: here, in training, "
+                "zero the weights where keep is False and divide the survivors by (1 - p)",
+                lambda w, keep, p: w.clone(), name="no-dropout"),
+        Mistake("that is the test-time rule, every weight times (1 - p): in training the keep-mask decides "
+                "which weights survive, and the survivors are divided by (1 - p)",
+                lambda w, keep, p: w * (1 - p), name="expected-value-only"),
     ),
     forbidden=("mha",),
 )
@@ -247,6 +272,11 @@ def _fuse_head_major(w):
     return w.reshape(h * three_d, C)
 
 
+def _fuse_roles_reversed(w):
+    h, three_d, C = w.shape
+    return w.view(h, 3, three_d // 3, C).flip(1).transpose(0, 1).reshape(h * three_d, C)
+
+
 def _fuse_interleaved(w):
     h, three_d, C = w.shape
     return w.view(h, 3, three_d // 3, C).permute(1, 2, 0, 3).reshape(h * three_d, C)
@@ -259,11 +289,48 @@ FUSE = Exercise(
     mistakes=(
         Mistake("stacking the heads' matrices one after the other gives [W_q^0; W_k^0; W_v^0; W_q^1; ...]; "
                 "the fused matrix is grouped by role first: all heads' W_q, then all W_k, then all W_v",
-                _fuse_head_major),
+                _fuse_head_major, name="head-major"),
         Mistake("inside W_q, head i owns the block of rows i*d to (i+1)*d - 1: keep each head's d rows "
-                "together instead of interleaving the heads row by row", _fuse_interleaved),
+                "together instead of interleaving the heads row by row", _fuse_interleaved, name="rows-interleaved"),
+        Mistake("inside each role keep the heads in order, head 0 first: W_q's rows are [W_q^0; W_q^1; ...]",
+                lambda w: fuse_head_weights(w.flip(0)), name="heads-reversed"),
+        Mistake("each head's block is [W_q^i; W_k^i; W_v^i], in that order: the fused matrix starts with the "
+                "queries' rows, then the keys', then the values'", _fuse_roles_reversed, name="roles-reversed"),
     ),
     forbidden=("mha",),
 )
 
-EXERCISES = (CONCAT, SPLIT_QKV_GQA, DROPOUT, FUSE)
+# ---------------------------------------------------------------- 5. a prediction: how much dropout shakes a row
+
+def dropout_row_spread() -> float:
+    """A row of 16 equal attention weights, 1/16 each, goes through dropout with p = 0.2 in
+    training, again and again: what is the standard deviation of the row's sum over the draws?"""
+    n, p = 16, 0.2
+    one = (1 / n) ** 2 * p / (1 - p)       # variance of one weight w m / (1 - p), m ~ Bernoulli(1 - p)
+    return math.sqrt(n * one)              # the n weights are dropped independently: variances add
+
+
+DROPOUT_SPREAD = Exercise(
+    id="layer.dropout_row_spread", title="Predict: how much dropout shakes a row", lesson=LESSON,
+    function="dropout_row_spread", params=(), points=2, reference=dropout_row_spread, answer="number",
+    tolerance=0.05, public=lambda g: [Case((), note="16 weights of 1/16, p = 0.2")], hidden=lambda g: [],
+    public_seed=606,
+    mistakes=(
+        Mistake("the rescaling by 1 / (1 - p) keeps the sum right on AVERAGE only: each draw drops other weights, "
+                "so the sum changes from draw to draw", lambda: 0.0, name="no-spread"),
+        Mistake("the survivors are divided by (1 - p) in training, which widens the spread too: each weight's "
+                "variance is w^2 p / (1 - p), not w^2 p (1 - p)", lambda: math.sqrt(16 * (1 / 16) ** 2 * 0.2 * 0.8),
+                name="survivors-not-rescaled"),
+        Mistake("that is the variance: the spread asked for is its square root, the standard deviation",
+                lambda: dropout_row_spread() ** 2, name="variance-not-std"),
+        Mistake("the row's sum adds 16 independent weights: their variances add, so its spread is sqrt(16) "
+                "times one weight's, not one weight's alone", lambda: dropout_row_spread() / 4,
+                name="one-weight-only"),
+        Mistake("that is the spread of the NUMBER of surviving weights, sqrt(n p (1 - p)); the sum of the "
+                "weights, each 1/16 and divided by 1 - p, spreads much less",
+                lambda: math.sqrt(16 * 0.2 * 0.8), name="count-of-survivors"),
+    ),
+    forbidden=("mha",), dtypes=(),
+)
+
+EXERCISES = (CONCAT, SPLIT_QKV_GQA, DROPOUT, FUSE, DROPOUT_SPREAD)

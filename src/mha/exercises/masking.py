@@ -35,15 +35,19 @@ CAUSAL = Exercise(
     mistakes=(
         Mistake("the convention here is True = may attend (as in F.scaled_dot_product_attention); "
                 "your mask has True = blocked, nn.MultiheadAttention's convention",
-                lambda q, k: ~causal_mask(q, k)),
+                lambda q, k: ~causal_mask(q, k), name="true-means-blocked"),
         Mistake("align the mask bottom-right: with fewer queries than keys, the queries are the "
                 "last positions, so query i sees keys up to i + k_len - q_len",
-                lambda q, k: torch.ones(q, k, dtype=torch.bool).tril()),
+                lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(), name="top-left"),
         Mistake("a query may attend to its own position: keep the diagonal",
-                lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(diagonal=k - q - 1)),
+                lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(diagonal=k - q - 1), name="no-diagonal"),
         Mistake("mind the sign of the offset: the queries are the LAST q_len positions, so query i "
                 "sits at position i + (k_len - q_len) and sees the keys up to there, not up to "
-                "i + (q_len - k_len)", lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(diagonal=q - k)),
+                "i + (q_len - k_len)", lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(diagonal=q - k),
+                name="offset-sign"),
+        Mistake("tril keeps the entries on and below the diagonal, the keys a query may see; triu keeps "
+                "those on and above it, the future", lambda q, k: torch.ones(q, k, dtype=torch.bool).triu(diagonal=k - q),
+                name="upper-triangle"),
     ),
     forbidden=("mha", "torch.nn.attention.bias", "causal_lower_right", "causal_upper_left"),
     dtypes=(),
@@ -68,6 +72,11 @@ def _fill_softmax(fill):
         work = torch.promote_types(scores.dtype, torch.float32)
         return torch.softmax(scores.to(work).masked_fill(~mask, value), dim=-1).to(scores.dtype)
     return wrong
+
+
+def _masked_after(scores, mask):
+    work = torch.promote_types(scores.dtype, torch.float32)
+    return (torch.softmax(scores.to(work), dim=-1) * mask).to(scores.dtype)
 
 
 def _with_empty_row(mask: torch.Tensor, row: int) -> torch.Tensor:
@@ -123,14 +132,16 @@ MASKED_SOFTMAX = Exercise(
     reference=masked_softmax, public=_ms_public, hidden=_ms_hidden, public_seed=402,
     mistakes=(
         Mistake("the mask says True = may attend: fill the scores where the mask is False",
-                lambda s, m: masked_softmax(s, ~m)),
+                lambda s, m: masked_softmax(s, ~m), name="true-means-blocked"),
         Mistake("a row with nothing allowed must be all zeros; a large negative fill value "
                 "(-1e9, finfo.min) makes it a uniform average instead",
-                _fill_softmax(-1e9)),
+                _fill_softmax(-1e9), name="large-negative-fill"),
         Mistake("compute float64 scores in float64: .float() rounds them to float32 and the "
                 "answer loses precision (compute in torch.promote_types(scores.dtype, "
                 "torch.float32), which is float32 only for float16/bfloat16)",
-                lambda s, m: masked_softmax(s.float(), m).to(s.dtype)),
+                lambda s, m: masked_softmax(s.float(), m).to(s.dtype), name="float32-for-float64"),
+        Mistake("mask the scores before the softmax (fill them with -inf): zeroing the weights after it "
+                "leaves rows that no longer sum to 1", _masked_after, name="masked-after-softmax"),
     ),
     forbidden=("mha",), explain=_ms_explain, dtypes=("float16", "float32", "float64"),
 )
@@ -178,18 +189,26 @@ DECODER = Exercise(
     reference=decoder_mask, public=_dm_public, hidden=_dm_hidden, public_seed=403,
     mistakes=(
         Mistake("True = may attend: a key is allowed when it is not in the future AND not padding",
-                lambda l, t: ~decoder_mask(l, t)),
+                lambda l, t: ~decoder_mask(l, t), name="true-means-blocked"),
         Mistake("combine the causal mask with the padding mask (keys j >= lengths[b] are padding)",
-                lambda l, t: torch.ones(t, t, dtype=torch.bool).tril().expand(len(l), 1, t, t)),
+                lambda l, t: torch.ones(t, t, dtype=torch.bool).tril().expand(len(l), 1, t, t), name="no-padding"),
         Mistake("combine the padding mask with the causal mask (key j must not come after query i)",
-                lambda l, t: (torch.arange(t)[None, :] < l[:, None])[:, None, None, :].expand(len(l), 1, t, t)),
+                lambda l, t: (torch.arange(t)[None, :] < l[:, None])[:, None, None, :].expand(len(l), 1, t, t),
+                name="no-causal"),
         Mistake("the real tokens of sequence b are the positions 0 .. lengths[b] - 1: key j is padding "
                 "when j >= lengths[b], so j < lengths[b], not j <= lengths[b]",
                 lambda l, t: (torch.ones(t, t, dtype=torch.bool).tril()[None]
-                              & (torch.arange(t)[None, :] <= l[:, None])[:, None, :])[:, None]),
+                              & (torch.arange(t)[None, :] <= l[:, None])[:, None, :])[:, None],
+                name="length-inclusive"),
         Mistake("padding hides keys, the columns: index it by key position j, not query position i",
                 lambda l, t: (torch.ones(t, t, dtype=torch.bool).tril()[None]
-                              & (torch.arange(t)[None, :] < l[:, None])[:, :, None])[:, None]),
+                              & (torch.arange(t)[None, :] < l[:, None])[:, :, None])[:, None],
+                name="padding-on-queries"),
+        Mistake("a query may attend to its own position: the causal part keeps the diagonal, j <= i, not j < i",
+                lambda l, t: (torch.ones(t, t, dtype=torch.bool).tril(-1)[None]
+                              & (torch.arange(t)[None, :] < l[:, None])[:, None, :])[:, None], name="no-diagonal"),
+        Mistake("the real tokens of sequence b are the positions 0 .. lengths[b] - 1, all of them: j < lengths[b], "
+                "not j < lengths[b] - 1", lambda l, t: decoder_mask(l - 1, t), name="length-minus-one"),
     ),
     forbidden=("mha",), explain=_dm_explain, dtypes=(),
 )

@@ -82,6 +82,16 @@ def _global_max(s):
     return e / e.sum(dim=-1, keepdim=True)
 
 
+def _sum_of_everything(s):
+    e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    return e / e.sum()
+
+
+def _clamped(s):
+    e = torch.exp(s.clamp(-80.0, 80.0))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
 STABLE_SOFTMAX = Exercise(
     id="onehead.stable_softmax", title="A softmax that never overflows", lesson="01-one-head",
     function="stable_softmax", params=("scores",), points=3,
@@ -89,19 +99,25 @@ STABLE_SOFTMAX = Exercise(
     mistakes=(
         Mistake("exp overflows for large scores (float32 beyond 88.7), and inf / inf is NaN: subtract "
                 "each row's largest score first; the softmax does not change when a row is shifted",
-                lambda s: torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True)),
+                lambda s: torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True), name="no-max-shift"),
         Mistake("subtract each row's own max (scores.amax(dim=-1, keepdim=True)), not one max for the "
-                "whole tensor: a row far below the overall max underflows to 0 / 0 = NaN", _global_max),
+                "whole tensor: a row far below the overall max underflows to 0 / 0 = NaN", _global_max,
+                name="one-max-for-all"),
         Mistake("normalise each row over the keys, the last dimension: a sum over dim 0 makes the "
                 "columns sum to 1 instead",
                 lambda s: torch.exp(s - s.amax(dim=-1, keepdim=True))
-                / torch.exp(s - s.amax(dim=-1, keepdim=True)).sum(dim=0, keepdim=True)),
+                / torch.exp(s - s.amax(dim=-1, keepdim=True)).sum(dim=0, keepdim=True), name="sum-over-dim-0"),
         Mistake("divide by the row's sum, not its mean: the weights of a row must add up to 1",
                 lambda s: torch.exp(s - s.amax(dim=-1, keepdim=True))
-                / torch.exp(s - s.amax(dim=-1, keepdim=True)).mean(dim=-1, keepdim=True)),
+                / torch.exp(s - s.amax(dim=-1, keepdim=True)).mean(dim=-1, keepdim=True), name="mean-for-sum"),
         Mistake("keep the row axis when you take the max (keepdim=True): without it the maxima line up "
                 "with the columns, and each row is shifted by other rows' maxima",
-                lambda s: torch.exp(s - s.amax(dim=-1)) / torch.exp(s - s.amax(dim=-1)).sum(dim=-1, keepdim=True)),
+                lambda s: torch.exp(s - s.amax(dim=-1)) / torch.exp(s - s.amax(dim=-1)).sum(dim=-1, keepdim=True),
+                name="max-without-keepdim"),
+        Mistake("normalise each row by its own sum, e.sum(dim=-1, keepdim=True): a sum without dim adds up "
+                "the whole tensor, and every row then sums to less than 1", _sum_of_everything, name="sum-of-all"),
+        Mistake("clamping the scores changes every score past the bound, and the softmax with it: shift each "
+                "row by its largest score instead, which changes nothing", _clamped, name="clamped-scores"),
     ),
     forbidden=NO_SOFTMAX, explain=_ss_explain,
 )

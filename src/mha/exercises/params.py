@@ -1,9 +1,9 @@
-"""Exercises of lesson 04, parameter counts: MHA, GQA, and how many K/V heads a memory budget
-allows."""
+"""Exercises of lesson 04, parameter counts: MHA, grouped-query cross-attention, and how many K/V
+heads a memory budget allows."""
 
 from __future__ import annotations
 
-from ._core import Case, Exercise, Mistake
+from ._core import Case, Exercise, Mistake, separating
 from .heads import _int
 
 
@@ -31,61 +31,96 @@ MHA_PARAMS = Exercise(
     reference=mha_params, public=_mha_public, hidden=_mha_hidden, answer="int", public_seed=301,
     mistakes=(
         Mistake("with bias=True each of the four projections also has C biases",
-                lambda C, h, b: 4 * C * C),
+                lambda C, h, b: 4 * C * C, name="no-biases"),
         Mistake("there are four matrices: W_Q, W_K, W_V and the output projection W_O",
-                lambda C, h, b: 3 * C * C + (3 * C if b else 0)),
+                lambda C, h, b: 3 * C * C + (3 * C if b else 0), name="three-matrices"),
         Mistake("the count does not depend on the number of heads: h heads of width C/h "
                 "together are as wide as one head of width C",
-                lambda C, h, b: 4 * C * C // h + (4 * C if b else 0)),
+                lambda C, h, b: 4 * C * C // h + (4 * C if b else 0), name="divided-by-heads"),
+        Mistake("a bias has one entry per output feature: C for each projection, 4C in all, not one per head",
+                lambda C, h, b: 4 * C * C + (4 * h if b else 0), name="bias-per-head"),
+        Mistake("the count does not grow with the number of heads either: h heads of width C/h make one "
+                "C x C matrix per projection, not h of them", lambda C, h, b: 4 * C * C * h + (4 * C if b else 0),
+                name="times-heads"),
     ),
     forbidden=("mha",), dtypes=(),
 )
 
 
-# ---------------------------------------------------------------- 8. GQA parameters
+# ---------------------------------------------------------------- 8. grouped-query cross-attention
 
-def gqa_params(embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool) -> int:
-    """W_Q and W_O are C x C; W_K and W_V are C x (g * d_h), with d_h = C // h."""
+def cross_gqa_params(embed_dim: int, num_heads: int, num_kv_heads: int, kdim: int, bias: bool) -> int:
+    """A grouped-query cross-attention layer: queries from a decoder of width C = embed_dim, keys
+    and values from an encoder of width kdim. W_Q and W_O are C x C; W_K and W_V map the
+    encoder's kdim features to the g * d_h features of the key/value heads, d_h = C // h."""
     C, g = embed_dim, num_kv_heads
-    kv = g * (C // num_heads)
-    return 2 * C * C + 2 * C * kv + ((2 * C + 2 * kv) if bias else 0)
+    kv = g * (C // num_heads)                        # g * d_h: the width of all key (or value) heads
+    return 2 * C * C + 2 * kdim * kv + ((2 * C + 2 * kv) if bias else 0)
 
 
-def _gqa_public(g):
-    return [Case((8, 4, 2, False)), Case((4096, 32, 8, False)), Case((512, 8, 2, True))]
+def _cross_gqa_public(g):
+    return [Case((8, 4, 2, 6, False), note="a decoder of width 8 reads an encoder of width 6"),
+            Case((4096, 32, 8, 1024, False), note="a wide decoder, 8 key/value heads, a narrower encoder"),
+            Case((512, 8, 2, 768, True), note="a wider encoder, with biases")]
 
 
-def _gqa_hidden(g):
-    # The first case has biases and 2 to 4 KV heads shared by 2 to 4 query heads each, so
-    # that every listed mistake changes the count, each differently (with one KV head,
-    # K/V of width num_kv_heads * C would count as much as four C x C matrices).
-    cases = []
-    for b, least in ((True, 2), (False, 1), (True, 1)):
-        groups, per = _int(g, least, 4), _int(g, least, 4)
+def _cross_gqa_hidden(g):
+    # h = groups * per with 2 to 4 key/value heads shared by 2 to 4 query heads each, so that
+    # g * d_h differs from C; kdim differs from C, from g * d_h, from h * g * d_h and from
+    # C * h / g, so that every listed mistake changes the count, each differently.
+    def draw(b):
+        groups, per = _int(g, 2, 4), _int(g, 2, 4)
         h = groups * per
-        cases.append(Case((h * _int(g, 1, 32), h, groups, b)))
-    return cases
+        d = _int(g, 2, 32)
+        C, kv = h * d, groups * d
+        kdim = _int(g, 8, 4 * C)
+        while kdim in (C, kv, h * kv, C * per, 2 * C - kv):
+            kdim += 1
+        return Case((C, h, groups, kdim, b))
+    # the first case redrawn until every listed mistake gives a count of its own there
+    return [separating(lambda: draw(True), CROSS_GQA_PARAMS), draw(False), draw(bool(_int(g, 0, 1)))]
 
 
-def _gqa(C, h, g, b, *, kv_width=None, bias=True):
-    kv = kv_width if kv_width is not None else g * (C // h)
-    return 2 * C * C + 2 * C * kv + ((2 * C + 2 * kv) if (b and bias) else 0)
+def _cross_gqa(C, h, g, kdim, b, *, kv_in=None, kv_out=None, q_in=None, o_small=False, kv_bias=None, bias=True):
+    kv = g * (C // h) if kv_out is None else kv_out
+    kv_in = kdim if kv_in is None else kv_in
+    q_in = C if q_in is None else q_in
+    weights = C * q_in + (C * kv if o_small else C * C) + 2 * kv_in * kv
+    kv_b = kv if kv_bias is None else kv_bias
+    return weights + ((2 * C + 2 * kv_b) if (b and bias) else 0)
 
 
-GQA_PARAMS = Exercise(
-    id="params.gqa_params", title="Parameters with grouped-query attention", lesson="04-parameter-counts",
-    function="gqa_params", params=("embed_dim", "num_heads", "num_kv_heads", "bias"), points=3,
-    reference=gqa_params, public=_gqa_public, hidden=_gqa_hidden, answer="int", public_seed=302,
+CROSS_GQA_PARAMS = Exercise(
+    id="params.cross_gqa_params", title="Parameters of grouped-query cross-attention", lesson="04-parameter-counts",
+    function="cross_gqa_params", params=("embed_dim", "num_heads", "num_kv_heads", "kdim", "bias"), points=3,
+    reference=cross_gqa_params, public=_cross_gqa_public, hidden=_cross_gqa_hidden, answer="int", public_seed=302,
     mistakes=(
-        Mistake("only W_K and W_V shrink: they map C to num_kv_heads * d_h",
-                lambda C, h, g, b: 4 * C * C + (4 * C if b else 0)),
-        Mistake("the K and V projections are num_kv_heads * d_h wide, with d_h = C // num_heads, "
-                "not num_kv_heads * C", lambda C, h, g, b: _gqa(C, h, g, b, kv_width=g * C)),
-        Mistake("with bias=True add C + 2 * num_kv_heads * d_h + C biases",
-                lambda C, h, g, b: _gqa(C, h, g, b, bias=False)),
-        Mistake("the K and V biases are as wide as their projections, num_kv_heads * d_h each, "
-                "not C: the biases add up to C + 2 * num_kv_heads * d_h + C",
-                lambda C, h, g, b: _gqa(C, h, g, False) + (4 * C if b else 0)),
+        Mistake("the keys and values are made from the ENCODER's vectors: W_K and W_V read kdim features, "
+                "not embed_dim", lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_in=C), name="kv-read-embed-dim"),
+        Mistake("the queries come from the decoder: W_Q reads embed_dim features, whatever kdim is",
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, q_in=k), name="q-reads-kdim"),
+        Mistake("with grouped-query attention W_K and W_V make only the num_kv_heads key/value heads, "
+                "num_kv_heads * d_h features, not embed_dim",
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_out=C), name="kv-not-grouped"),
+        Mistake("the key/value heads are as wide as the query heads, d_h = embed_dim // num_heads: W_K and W_V "
+                "make num_kv_heads * d_h features, not num_kv_heads * embed_dim",
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_out=g * C), name="kv-heads-full-width"),
+        Mistake("W_K and W_V change the width from kdim to num_kv_heads * d_h: their outputs are the key/value "
+                "heads, not kdim wide", lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_out=k),
+                name="kv-keep-kdim"),
+        Mistake("only W_K and W_V shrink with fewer key/value heads: W_O maps the h query heads' outputs, "
+                "embed_dim features, to embed_dim", lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, o_small=True),
+                name="w-o-shrinks"),
+        Mistake("with bias=True every projection has one bias per output feature: add C + 2 * num_kv_heads "
+                "* d_h + C", lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, bias=False), name="no-biases"),
+        Mistake("a bias has one entry per OUTPUT feature: the K and V biases are num_kv_heads * d_h wide, "
+                "not kdim (their input) nor embed_dim",
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_bias=k), name="kv-bias-input-width"),
+        Mistake("the K and V biases are as wide as their outputs, num_kv_heads * d_h each, not embed_dim",
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_bias=C), name="kv-bias-embed-dim"),
+        Mistake("each projection has its own bias, one entry per output feature: C + 2 * num_kv_heads * d_h + C "
+                "in all, not one vector of C for the layer",
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, bias=False) + (C if b else 0), name="one-bias-vector"),
     ),
     forbidden=("mha",), dtypes=(),
 )
@@ -111,7 +146,7 @@ def _mkv_public(g):
     return [Case((40 * 2 ** 30, *llama), note="40 GiB for 8 sequences of 4096 tokens"),
             Case((3 * 327_680 + 1000, 5, 32, 64, 512, 1, 1), note="5 layers, one byte per number"),
             Case((15 * 2 ** 19, 1, 24, 64, 1024, 2, 4), note="1 layer, float32, 24 query heads"),
-            Case((1000, 1, 8, 64, 4, 1, 2), note="not even one K/V head fits")]
+            Case((200, 1, 8, 64, 4, 1, 2), note="not even one K/V head fits")]
 
 
 def _mkv_hidden(g):
@@ -129,19 +164,30 @@ def _mkv_hidden(g):
         unit = _kv_unit(layers, d, T, B, nbytes)
         cases.append(Case((unit * k + _int(g, 0, unit - 1), layers, 2 ** m, d, T, B, nbytes)))
     h = (12, 16, 24, 32, 40, 48)[_int(g, 0, 5)]
-    divisors = [x for x in range(2, h + 1) if h % x == 0]
-    g2 = divisors[_int(g, 0, len(divisors) - 1)]
+    divisors = [x for x in range(2, h + 1) if h % x == 0 and x & (x - 1) == 0]   # powers of two: so that
+    g2 = divisors[_int(g, 0, len(divisors) - 1)]                                 # "powers only" is right here
     L, d, T, B, e = _int(g, 1, 40), 16 * _int(g, 1, 8), _int(g, 1, 8192), _int(g, 1, 16), _int(g, 1, 4)
     cases.append(Case((_kv_unit(L, d, T, B, e) * g2, L, h, d, T, B, e)))
     h = _int(g, 1, 64)
     L, d, T, B, e = _int(g, 1, 80), 16 * _int(g, 1, 8), _int(g, 1, 32768), _int(g, 1, 16), _int(g, 1, 4)
     cases.append(Case((_int(g, 0, _kv_unit(L, d, T, B, e) * h), L, h, d, T, B, e)))
+    # Case 5: a head count with divisors that are not powers of two (12 has 3 and 6), and room for
+    # exactly t of them plus a remainder, t such a divisor: only the powers-of-two slip misses it.
+    h = (12, 20, 24, 40, 48)[_int(g, 0, 4)]
+    t = [x for x in range(3, h + 1) if h % x == 0 and x & (x - 1)][0]
+    L, d, T, B, e = _int(g, 1, 40), 16 * _int(g, 1, 8), _int(g, 1, 8192), _int(g, 1, 16), _int(g, 1, 4)
+    unit = _kv_unit(L, d, T, B, e)
+    cases.append(Case((unit * t + _int(g, 1, unit - 1), L, h, d, T, B, e)))
+    # Case 6: not even one key/value head fits, not even in a count that forgets the 2, the layers
+    # or the bytes (so that only "never zero" answers 1 there).
+    cases.append(Case((_int(g, 0, unit // (2 * L * e) - 1), L, h, d, T, B, e)))
     return cases
 
 
-def _mkv(M, L, h, d, T, B, e, *, unit=None, divisors=True, strict=False):
+def _mkv(M, L, h, d, T, B, e, *, unit=None, divisors=True, strict=False, powers=False):
     unit = _kv_unit(L, d, T, B, e) if unit is None else unit
-    fits = [x for x in range(1, h + 1) if (not divisors or h % x == 0) and (x * unit < M if strict else x * unit <= M)]
+    fits = [x for x in range(1, h + 1) if (not divisors or h % x == 0) and (x * unit < M if strict else x * unit <= M)
+            and (not powers or x & (x - 1) == 0)]
     return max(fits, default=0)
 
 
@@ -153,18 +199,25 @@ MAX_KV_HEADS = Exercise(
     mistakes=(
         Mistake("the number of K/V heads must divide num_heads (each K/V head serves num_heads // g "
                 "query heads): take the largest divisor that fits, not the largest count",
-                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, divisors=False)),
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, divisors=False), name="not-a-divisor"),
         Mistake("the cache stores two tensors, keys and values: each K/V head costs 2 * layers * head_dim "
                 "* seq_len * batch * bytes_per_element bytes",
-                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=L * d * T * B * e)),
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=L * d * T * B * e),
+                name="keys-only"),
         Mistake("every layer has its own cache: multiply by layers",
-                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * d * T * B * e)),
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * d * T * B * e), name="one-layer"),
         Mistake("count bytes, not elements: multiply by bytes_per_element",
-                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * L * d * T * B)),
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * L * d * T * B),
+                name="elements-not-bytes"),
         Mistake("a cache of exactly memory_bytes fits: compare with <=, not <",
-                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, strict=True)),
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, strict=True), name="strict-less"),
+        Mistake("any divisor of num_heads is a valid number of key/value heads, 3, 6 or 12 too, not only the "
+                "powers of two", lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, powers=True),
+                name="powers-of-two-only"),
+        Mistake("when not even one key/value head fits, the answer is 0: no grouped-query layout fits",
+                lambda M, L, h, d, T, B, e: max(1, _mkv(M, L, h, d, T, B, e)), name="never-zero"),
     ),
     forbidden=("mha",), dtypes=(),
 )
 
-EXERCISES = (MHA_PARAMS, GQA_PARAMS, MAX_KV_HEADS)
+EXERCISES = (MHA_PARAMS, CROSS_GQA_PARAMS, MAX_KV_HEADS)

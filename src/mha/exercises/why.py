@@ -42,15 +42,20 @@ COMBINE = Exercise(
     reference=combine_heads, public=_combine_public, hidden=_combine_hidden, public_seed=211,
     mistakes=(
         Mistake("the concatenated heads still go through the output projection: concat @ w_o",
-                lambda o, w: _concat(o)),
+                lambda o, w: _concat(o), name="no-out-proj"),
         Mistake("concatenate along the features: token t's row is [head 0's row t | head 1's row t "
                 "| ...]; reshaping (h, T, d_h) straight to (T, h * d_h) mixes up tokens",
-                lambda o, w: o.reshape(o.shape[1], -1) @ w),
+                lambda o, w: o.reshape(o.shape[1], -1) @ w, name="direct-reshape"),
         Mistake("keep each head's d_h features together, in head order [head 0 | head 1 | ...], "
                 "not interleaved feature by feature",
-                lambda o, w: o.permute(1, 2, 0).reshape(o.shape[1], -1) @ w),
+                lambda o, w: o.permute(1, 2, 0).reshape(o.shape[1], -1) @ w, name="features-interleaved"),
         Mistake("w_o is in the maths layout here, (in, out): multiply by w_o itself, not by w_o.T "
-                "(nn.Linear's layout)", lambda o, w: _concat(o) @ w.T),
+                "(nn.Linear's layout)", lambda o, w: _concat(o) @ w.T, name="w-o-transposed"),
+        Mistake("concatenate in head order, [head 0 | head 1 | ...]: head i's output meets the rows "
+                "i * d_h .. (i + 1) * d_h - 1 of w_o", lambda o, w: _concat(o.flip(0)) @ w, name="heads-reversed"),
+        Mistake("concatenate the heads side by side, do not average them: each head keeps its own d_h "
+                "features, which W_O then mixes", lambda o, w: o.mean(dim=0).repeat(1, o.shape[0]) @ w,
+                name="mean-of-heads"),
     ),
     forbidden=NO_MHA,
 )
@@ -83,6 +88,10 @@ def _only_that_head(o, w, head):
     return o[head] @ w[head * d:(head + 1) * d]
 
 
+def _previous_head(o, w, head):
+    return ablate_head(o, w, head - 1) if head >= 1 else _concat(o) @ w   # rows [-d, 0): an empty slice
+
+
 def _ablate_public(g):
     return [_heads_case(g, 2, 3, 2, torch.float32, 0), _heads_case(g, 3, 4, 2, torch.float64, 1),
             _heads_case(g, 4, 2, 3, torch.float32, 3)]
@@ -95,6 +104,8 @@ def _ablate_hidden(g):
         cases.append(_heads_case(g, h, _int(g, 2, 6), _int(g, 2, 4), dt, _int(g, 0, h - 1)))
     h = _int(g, 2, 4)                             # a head that is not the last one, always
     cases[-1] = _heads_case(g, h, _int(g, 2, 6), _int(g, 2, 4), torch.float32, _int(g, 0, h - 2))
+    h = _int(g, 3, 4)                             # and one that is not the first, of three or more
+    cases[0] = _heads_case(g, h, _int(g, 2, 6), _int(g, 2, 4), torch.float32, _int(g, 1, h - 1))
     return cases
 
 
@@ -104,11 +115,16 @@ ABLATE = Exercise(
     reference=ablate_head, public=_ablate_public, hidden=_ablate_hidden, public_seed=212,
     mistakes=(
         Mistake("in concat @ w_o, head i is read by the ROWS [i * d_h, (i + 1) * d_h) of w_o: zero "
-                "those rows, not the columns", _zero_columns),
+                "those rows, not the columns", _zero_columns, name="zero-columns"),
         Mistake("dropping the head from the concatenation shifts the later heads onto the wrong rows "
-                "of w_o: keep every head in its place and zero the removed one", _drop_and_shift),
+                "of w_o: keep every head in its place and zero the removed one", _drop_and_shift,
+                name="drop-and-shift"),
         Mistake("removing a head keeps the others: return what every OTHER head contributes, "
-                "not the removed head's own contribution", _only_that_head),
+                "not the removed head's own contribution", _only_that_head, name="only-that-head"),
+        Mistake("heads are numbered from 0: head k is read by rows k * d_h .. (k + 1) * d_h - 1 of w_o, "
+                "so remove that block, not the one before it", _previous_head, name="head-numbered-from-1"),
+        Mistake("remove the head: zero the rows of w_o that read it (or its output) before multiplying; "
+                "this is the intact layer's output", lambda o, w, head: _concat(o) @ w, name="nothing-removed"),
     ),
     forbidden=NO_MHA,
 )
@@ -154,12 +170,16 @@ SHARE = Exercise(
     mistakes=(
         Mistake("weights[:, :, positions] takes those key columns for EVERY query; pick one key per "
                 "query: query i's weight on key positions[i]",
-                lambda w, p: w[:, :, p].mean(dim=(1, 2))),
+                lambda w, p: w[:, :, p].mean(dim=(1, 2)), name="every-query-every-key"),
         Mistake("rows are queries and columns are keys: query i's weight on key positions[i] is "
                 "weights[:, i, positions[i]], not weights[:, positions[i], i]",
-                lambda w, p: w[:, p, torch.arange(w.shape[-1])].mean(dim=-1)),
+                lambda w, p: w[:, p, torch.arange(w.shape[-1])].mean(dim=-1), name="rows-and-columns-swapped"),
         Mistake("average over the queries (divide by T), so that the share lies between 0 and 1",
-                lambda w, p: w[:, torch.arange(w.shape[-2]), p].sum(dim=-1)),
+                lambda w, p: w[:, torch.arange(w.shape[-2]), p].sum(dim=-1), name="sum-not-mean"),
+        Mistake("the share is the AVERAGE weight over the queries, not the largest one",
+                lambda w, p: w[:, torch.arange(w.shape[-2]), p].amax(dim=-1), name="max-not-mean"),
+        Mistake("average over every query i (each with its own key positions[i]), not only the first",
+                lambda w, p: w[:, 0, p[0]].clone(), name="first-query-only"),
     ),
     forbidden=NO_MHA,
 )

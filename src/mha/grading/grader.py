@@ -141,7 +141,7 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
             hide = sandbox.hidden_candidates([*sandbox.course_dirs(), str(Path(path).resolve().parent),
                                               *exercise_dirs(ex for _, ex, _ in to_run)])
             jobs = [{"index": i, "function": ex.function, "traps": _traps(ex), "trace": ex.audit is not None,
-                     "launches": ex.kernel} for i, ex, _ in to_run]
+                     "launches": ex.kernel, "exercise_s": _limit_s(ex, limits)} for i, ex, _ in to_run]
             run = sandbox.run_job(jobdir, jobs, limits, hide=hide, user=user)
             load = _read_json(jobdir / "out" / "load.json")
             for err in (load or {}).get("errors", [])[:5] if isinstance(load, dict) else []:
@@ -173,6 +173,12 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
 
 def _zero(ex: Exercise, status: str, message: str) -> ExerciseReport:
     return ExerciseReport(ex.id, ex.title, ex.function, 0.0, float(ex.points), status, message)
+
+
+def _limit_s(ex: Exercise, limits: sandbox.Limits) -> float:
+    """The wall-clock limit of one exercise: longer for a Triton kernel, which the interpreter
+    runs program after program on the CPU."""
+    return max(limits.exercise_s, limits.kernel_exercise_s) if ex.kernel else limits.exercise_s
 
 
 def _traps(ex: Exercise) -> list[str]:

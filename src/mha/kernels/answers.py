@@ -40,28 +40,39 @@ def row_softmax(x):
 
 
 @triton.jit
-def delta_rows_of_a_head_kernel(o_ptr, do_ptr, delta_ptr, T, HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
-                                BLOCK_D: tl.constexpr):
-    """Program (head, n): D_i for rows n * BLOCK_T ... of head ``head`` (B * h heads of T rows)."""
-    head, n = tl.program_id(0), tl.program_id(1)
-    t = n * BLOCK_T + tl.arange(0, BLOCK_T)
-    c = tl.arange(0, BLOCK_D)
-    inside = (t[:, None] < T) & (c[None, :] < HEAD_DIM)
-    at = (head * T + t[:, None]) * HEAD_DIM + c[None, :]
-    o = tl.load(o_ptr + at, mask=inside, other=0.0).to(tl.float32)
-    do = tl.load(do_ptr + at, mask=inside, other=0.0).to(tl.float32)
-    tl.store(delta_ptr + head * T + t, tl.sum(o * do, axis=1), mask=t < T)
+def lse_rows_kernel(q_ptr, k_ptr, lse_ptr, Tq, Tk, scale2, CAUSAL: tl.constexpr, D: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """BLOCK_M query rows per program; keys in blocks of BLOCK_N, scores in base-2 units
+    (scale2 = log2(e) / sqrt(d)), a running max m and sum l of exp2(s - m) per row."""
+    i = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    c = tl.arange(0, D)
+    q = tl.load(q_ptr + i[:, None] * D + c[None, :], mask=i[:, None] < Tq, other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    for n in range(0, Tk, BLOCK_N):
+        j = n + tl.arange(0, BLOCK_N)
+        k = tl.load(k_ptr + j[:, None] * D + c[None, :], mask=j[:, None] < Tk, other=0.0)
+        seen = j[None, :] < Tk
+        if CAUSAL:
+            seen = seen & (j[None, :] - i[:, None] <= Tk - Tq)
+        s = tl.where(seen, tl.dot(q, tl.trans(k), input_precision="ieee") * scale2, float("-inf"))
+        m_next = tl.maximum(m, tl.max(s, axis=1))
+        shift = tl.where(m_next > float("-inf"), m_next, 0.0)
+        l = l * tl.exp2(m - shift) + tl.sum(tl.exp2(s - shift[:, None]), axis=1)
+        m = m_next
+    lse = tl.where(l > 0.0, m + tl.log2(tl.maximum(l, 1e-30)), float("inf"))   # +inf: a row with no key
+    tl.store(lse_ptr + i, lse, mask=i < Tq)
 
 
-def attention_delta(o, do):
-    """D = rowsum(dO * O) over the head dimension: (B, h, T, d) -> (B, h, T) float32, a grid of
-    (heads, blocks of 16 rows)."""
-    B, H, T, d = o.shape
-    delta = torch.empty(B, H, T, dtype=torch.float32, device=o.device)
-    grid = (B * H, triton.cdiv(T, 16))
-    delta_rows_of_a_head_kernel[grid](o.contiguous(), do.contiguous(), delta, T, HEAD_DIM=d, BLOCK_T=16,
-                                      BLOCK_D=triton.next_power_of_2(d))
-    return delta
+def row_lse(q, k, is_causal):
+    """The base-2 log-sum-exp of each query row's allowed scores, q k^T / sqrt(d): (Tq, d), (Tk, d)
+    -> (Tq,) float32, +inf for a row with no key; 16 rows and 32 keys at a time."""
+    Tq, d = q.shape
+    lse = torch.empty(Tq, dtype=torch.float32, device=q.device)
+    lse_rows_kernel[(triton.cdiv(Tq, 16),)](q.contiguous(), k.contiguous(), lse, Tq, k.shape[0],
+                                            1.4426950408889634 / d ** 0.5, CAUSAL=is_causal, D=d,
+                                            BLOCK_M=16, BLOCK_N=32)
+    return lse
 
 
 @triton.jit
