@@ -33,7 +33,12 @@ def test_this_build_executed_every_lesson(built_site, request):
     if os.environ.get("MHA_BUILT_SITE"):
         pytest.skip("MHA_BUILT_SITE: a site built before this run")
     started = datetime.datetime.fromtimestamp(request.config._mha_started, datetime.timezone.utc)
-    records = {Path(r.uri).resolve(): r for r in get_cache(BUILD / ".jupyter_cache").list_cache_records()}
+    listed = get_cache(BUILD / ".jupyter_cache").list_cache_records()
+    records = {Path(r.uri).resolve(): r for r in listed}
+    twice = sorted({r.uri for r in listed if sum(o.uri == r.uri for o in listed) > 1})
+    # A second record: MyST-NB did not recognise the notebook of the parallel run (the cache
+    # keys on every cell's metadata too) and executed the page again, after the others.
+    assert not twice, f"executed twice, in the parallel run and again by MyST-NB: {twice}"
     for page in EXECUTED:
         record = records.get((ROOT / f"{page}.md").resolve())
         if page.startswith("lessons/"):

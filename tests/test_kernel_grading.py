@@ -15,7 +15,7 @@ import pytest
 if importlib.util.find_spec("triton") is None:
     pytest.skip("Triton publishes wheels for Linux only", allow_module_level=True)
 
-import mha.kernels  # noqa: E402,F401  (Triton's interpreter, chosen before Triton is imported)
+import mha.kernels  # noqa: E402  (Triton's interpreter, chosen before Triton is imported)
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -90,6 +90,42 @@ def test_a_kernel_gets_full_marks_and_its_masking_bug_loses_them_with_the_hint(t
     result = check("kernels.row_softmax", namespace["row_softmax"])
     assert result.score == 0 and result.passed == 0
     assert [v.neutral for v in result.verdicts] == [c.message for c in torch_only.checks if not c.hidden]
+
+
+def test_a_lane_past_the_tensors_is_stopped_and_named_the_same_way_by_check_and_the_grader(tmp_path):
+    """The classic off-by-one (cols <= n_cols): the last row's extra lane reads past x and
+    writes past out. The interpreter checks no bounds, so without the check the verdict would
+    depend on what lies after the tensors (and the store can corrupt the heap); with it, both
+    judges stop the kernel at the stray lane and give the masking hint."""
+    source = textwrap.dedent(SOFTMAX).replace("OTHER", 'float("-inf")').replace(
+        "n_cols > cols >= 0", "(cols <= n_cols) & (cols >= 0)")
+    path = tmp_path / "off_by_one.py"
+    path.write_text(source)
+    exercise = select(["kernels.row_softmax"])
+    (graded,) = grade_many([path], exercise, limits=Limits(exercise_s=60, submission_s=120), jobs=1)
+    (e,) = graded.exercises
+    assert e.score == 0 and all("points past the end of a tensor" in c.message for c in e.checks), [c.message for c in e.checks]
+    assert all("offs < n (not offs <= n)" in c.message for c in e.checks)
+
+    namespace: dict = {}
+    exec(compile(source, str(path), "exec"), namespace)
+    result = check("kernels.row_softmax", namespace["row_softmax"])
+    assert result.score == 0
+    assert [v.neutral for v in result.verdicts] == [c.message for c in e.checks if not c.hidden]
+
+
+def test_bounds_checked_stops_a_stray_lane_and_lets_a_view_read_its_own_storage():
+    x, out = torch.randn(5), torch.empty(5)
+    with mha.kernels.bounds_checked():
+        _double_kernel[(1,)](x, out, 5, BLOCK=8)                       # masked: fine
+        assert torch.equal(out, 2 * x)
+        wide = torch.randn(4, 3)[:, :2]                                 # a view: its storage is 12 values
+        _double_kernel[(1,)](wide, torch.empty(8), 8, BLOCK=8)          # lanes 0-7 lie in it
+        with pytest.raises(Exception, match="read memory outside the tensors"):
+            _double_kernel[(1,)](x, torch.empty(8), 8, BLOCK=8)         # 3 lanes past x
+        with pytest.raises(Exception, match="wrote memory outside the tensors"):
+            _double_kernel[(1,)](torch.randn(8), out, 8, BLOCK=8)       # 3 lanes past out
+    assert "create_masked_load" not in vars(triton.runtime.interpreter.interpreter_builder)   # restored
 
 
 # ----------------------------------------------------------------------------- the launch counter

@@ -132,7 +132,7 @@ def _start(app, env, docnames):
     for docname in _order(list(notebooks), times):
         path, notebook, nb_config = notebooks[docname]
         run = pool.submit(_execute, notebook, str(path.parent), nb_config, bool(modules))
-        app._parallel_runs[docname] = (path, run)
+        app._parallel_runs[docname] = (path, notebook, run)
 
 
 def _importable(modules) -> list[str]:
@@ -162,7 +162,7 @@ def _collect(app, docname, source):
     runs = getattr(app, "_parallel_runs", {})
     if docname not in runs:
         return
-    path, future = runs.pop(docname)
+    path, unexecuted, future = runs.pop(docname)
     notebook, seconds, error = future.result()
     if notebook is None:
         last = (error or "").strip().splitlines()[-1:] or ["no message"]
@@ -170,9 +170,19 @@ def _collect(app, docname, source):
                        "report the error with its traceback")
         return
     app._parallel_cell_times.extend((s, docname, i, first) for s, i, first in cell_times(notebook))
+    # The cache finds a notebook by a hash of its cells, metadata included: the timestamps
+    # nbclient records in each cell would make it a different notebook, and MyST-NB would
+    # execute the page a second time, one after the other.
+    for cell in notebook.cells:
+        cell.get("metadata", {}).pop("execution", None)
     app._parallel_cache.cache_notebook_bundle(
         CacheBundleIn(notebook, str(path), data={"execution_seconds": seconds}),
         check_validity=False, overwrite=True)
+    try:
+        app._parallel_cache.match_cache_notebook(unexecuted)
+    except KeyError:
+        logger.warning(f"{docname}: the notebook its parallel run executed is not the one MyST-NB reads, "
+                       "so MyST-NB executes it again")
     app._parallel_executed[docname] = notebook
 
 

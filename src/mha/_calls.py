@@ -9,7 +9,8 @@ For every case, :func:`run_case`
    every torch function and tensor method the call runs, with its inputs' and outputs' shapes
    (:func:`recorder`);
 4. when the exercise asks for a Triton kernel (an exercise with ``kernel``), counts the kernels
-   the call launches (:func:`watch_launches`);
+   the call launches (:func:`watch_launches`), and in Triton's interpreter stops a kernel whose
+   unmasked lanes load or store outside the tensors it was given (:func:`bounds_checked`);
 5. after the call, notes every argument the function changed, in value or in place (a
    tensor's version counter counts each in-place operation);
 6. encodes the result as a plain value (:mod:`mha._plain`).
@@ -179,6 +180,72 @@ LAUNCH_POINTS = (("triton.runtime.jit", "JITFunction", "run", True),
                  ("triton.runtime.interpreter", "GridExecutor", "__call__", False))
 
 
+OUT_OF_BOUNDS = "the kernel {verb} memory outside the tensors it was given"
+
+
+def _extents(args) -> list[tuple[int, int]]:
+    """The byte ranges [start, end) of the storages of the tensors among ``args`` (tuples and
+    Triton's dtype-reinterpreting wrappers searched too): the memory a launch may touch."""
+    out = []
+    for a in args:
+        if isinstance(a, (tuple, list)):
+            out.extend(_extents(a))
+            continue
+        a = getattr(a, "base", a) if not hasattr(a, "untyped_storage") else a   # TensorWrapper, descriptor
+        storage = getattr(a, "untyped_storage", None)
+        if callable(storage):
+            st = storage()
+            out.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+    return out
+
+
+def bounds_checked(builder, extents: list[tuple[int, int]]) -> list:
+    """Make the interpreter's ``builder`` check, before every load, store and atomic, that each
+    lane its mask lets through addresses bytes inside one of ``extents``; else it raises
+    IndexError (the interpreter itself checks nothing: such a lane reads or writes whatever lies
+    there in the process, and can corrupt the heap). Returns what :func:`restore` needs."""
+    import numpy as np
+
+    starts = np.array([e[0] for e in extents], dtype=np.uint64)
+    ends = np.array([e[1] for e in extents], dtype=np.uint64)
+
+    def check(ptrs, mask, verb):
+        addr = ptrs.data
+        if mask is not None:
+            addr = addr[np.broadcast_to(mask.data, addr.shape)]
+        addr = addr.reshape(-1, 1).astype(np.uint64)
+        if addr.size == 0:
+            return
+        size = np.uint64(ptrs.get_element_ty().primitive_bitwidth // 8 or 1)
+        inside = ((addr >= starts) & (addr + size <= ends)).any(axis=1)
+        if not inside.all():
+            raise IndexError(f"{OUT_OF_BOUNDS.format(verb=verb)}: {int((~inside).sum())} lane(s) with a True "
+                             "mask point past them (a mask that is missing or one lane too wide?)")
+
+    def load(ptrs, mask, *rest, _original=builder.create_masked_load):
+        check(ptrs, mask, "read")
+        return _original(ptrs, mask, *rest)
+
+    def store(ptrs, value, mask, *rest, _original=builder.create_masked_store):
+        check(ptrs, mask, "wrote")
+        return _original(ptrs, value, mask, *rest)
+
+    def rmw(op, ptrs, value, mask, *rest, _original=builder.create_atomic_rmw):
+        check(ptrs, mask, "wrote")
+        return _original(op, ptrs, value, mask, *rest)
+
+    def cas(ptrs, cmp, value, *rest, _original=builder.create_atomic_cas):
+        check(ptrs, None, "wrote")
+        return _original(ptrs, cmp, value, *rest)
+
+    saved = []
+    for attr, fn in (("create_masked_load", load), ("create_masked_store", store),
+                     ("create_atomic_rmw", rmw), ("create_atomic_cas", cas)):
+        saved.append((builder, attr, builder.__dict__.get(attr), attr in builder.__dict__))
+        setattr(builder, attr, fn)
+    return saved
+
+
 def watch_launches(counter: list, recording=None) -> list:
     """Wrap Triton's launch points so that each launch that returns adds one to
     ``counter[0]``; returns what :func:`restore` needs. While a launch runs, ``recording`` (a
@@ -196,12 +263,16 @@ def watch_launches(counter: list, recording=None) -> list:
         if not callable(original):
             continue
 
-        def launch(*args, _original=original, _has_warmup=has_warmup, **kwargs):
+        builder = None if has_warmup else getattr(sys.modules[module], "interpreter_builder", None)
+
+        def launch(*args, _original=original, _has_warmup=has_warmup, _builder=builder, **kwargs):
             if recording is not None:
                 recording.paused += 1
+            checked = [] if _builder is None else bounds_checked(_builder, _extents([*args[1:], *kwargs.values()]))
             try:
                 out = _original(*args, **kwargs)
             finally:
+                restore(checked)
                 if recording is not None:
                     recording.paused -= 1
             if not (_has_warmup and kwargs.get("warmup")):

@@ -338,6 +338,10 @@ def common_diagnosis(outcome: Outcome) -> str | None:
     if "masked_fill_ only supports boolean masks" in msg:
         return ("masked_fill takes a mask of dtype torch.bool: build it with torch.ones(..., dtype=torch.bool) "
                 "or from a comparison such as j <= i")
+    if "memory outside the tensors it was given" in msg:
+        return ("a lane whose mask is True points past the end of a tensor: every tl.load and tl.store needs a "
+                "mask that is False for the lanes past the data, such as offs < n (not offs <= n), in the "
+                "last block too")
     if "arange's range must be a power of 2" in msg:
         return ("tl.arange(0, BLOCK) needs a power of two: take BLOCK = triton.next_power_of_2(n) and mask "
                 "the lanes past n")

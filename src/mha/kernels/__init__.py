@@ -22,6 +22,7 @@ alternative, ``mha.tiled_attention``; ``import mha`` itself never imports Triton
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -68,4 +69,23 @@ def _import_triton(interpreter: bool):
 INTERPRETER: bool = _wants_interpreter()
 triton = _import_triton(INTERPRETER)
 
-__all__ = ["INTERPRETER", "triton"]
+
+
+@contextlib.contextmanager
+def bounds_checked():
+    """Within this block, a kernel run by the interpreter stops with an IndexError (wrapped in
+    Triton's InterpreterError) when a lane that its mask lets through loads, stores or adds
+    outside the tensors it was given. The interpreter checks nothing by itself: such a lane
+    reads or writes whatever lies there in this process, and can corrupt the heap. ``check``
+    and the grader run every kernel exercise this way. Compiled for a GPU, kernels are not
+    checked (NVIDIA's compute-sanitizer does that there)."""
+    from mha import _calls
+
+    saved = _calls.watch_launches([0])
+    try:
+        yield
+    finally:
+        _calls.restore(saved)
+
+
+__all__ = ["INTERPRETER", "bounds_checked", "triton"]
