@@ -74,10 +74,10 @@ test-lib: $(STAMP)
 	$(BIN)/python -m pytest tests -n 2 -m "not site"
 
 # The grader's own tests (tests/test_the_tests.py) on 400 hidden draws of every exercise instead
-# of the 50 that `make test` runs: every correct answer full marks, every listed mistake and
+# of the 20 that `make test` runs: every correct answer full marks, every listed mistake and
 # held-out wrong answer a loss, on every draw. Minutes; .ci/run calls it after `make test`.
 test-the-tests: $(STAMP)
-	MHA_TEST_SEEDS=400 $(BIN)/python -m pytest tests/test_the_tests.py -n 2 -p no:cacheprovider
+	MHA_TEST_SEEDS=400 MHA_KERNEL_TEST_SEEDS=25 $(BIN)/python -m pytest tests/test_the_tests.py -n 2 -p no:cacheprovider
 
 # The Triton kernels of lesson 14 at the lengths a GPU reaches (T = 4096 to 16384), and their
 # peak memory against SDPA's; on a machine without a CUDA GPU every test is skipped. `make
