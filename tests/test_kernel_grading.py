@@ -126,6 +126,9 @@ def test_bounds_checked_stops_a_stray_lane_and_lets_a_view_read_its_own_storage(
         with pytest.raises(Exception, match="wrote memory outside the tensors"):
             _double_kernel[(1,)](torch.randn(8), out, 8, BLOCK=8)       # 3 lanes past out
     assert "create_masked_load" not in vars(triton.runtime.interpreter.interpreter_builder)   # restored
+    meta = torch.empty(5, device="meta")
+    assert _calls._extents([x, (out, 3), meta]) is None          # a tensor not in this process's memory: no check
+    assert _calls._extents([x, (out, 3)]) == [(x.data_ptr(), x.data_ptr() + 20), (out.data_ptr(), out.data_ptr() + 20)]
 
 
 # ----------------------------------------------------------------------------- the launch counter

@@ -183,17 +183,23 @@ LAUNCH_POINTS = (("triton.runtime.jit", "JITFunction", "run", True),
 OUT_OF_BOUNDS = "the kernel {verb} memory outside the tensors it was given"
 
 
-def _extents(args) -> list[tuple[int, int]]:
+def _extents(args) -> list[tuple[int, int]] | None:
     """The byte ranges [start, end) of the storages of the tensors among ``args`` (tuples and
-    Triton's dtype-reinterpreting wrappers searched too): the memory a launch may touch."""
+    Triton's dtype-reinterpreting wrappers searched too): the memory a launch may touch. None
+    when a tensor is on a GPU: the interpreter then works on host copies at other addresses."""
     out = []
     for a in args:
         if isinstance(a, (tuple, list)):
-            out.extend(_extents(a))
+            inner = _extents(a)
+            if inner is None:
+                return None
+            out.extend(inner)
             continue
         a = getattr(a, "base", a) if not hasattr(a, "untyped_storage") else a   # TensorWrapper, descriptor
         storage = getattr(a, "untyped_storage", None)
         if callable(storage):
+            if getattr(getattr(a, "device", None), "type", "cpu") != "cpu":
+                return None
             st = storage()
             out.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
     return out
@@ -268,7 +274,8 @@ def watch_launches(counter: list, recording=None) -> list:
         def launch(*args, _original=original, _has_warmup=has_warmup, _builder=builder, **kwargs):
             if recording is not None:
                 recording.paused += 1
-            checked = [] if _builder is None else bounds_checked(_builder, _extents([*args[1:], *kwargs.values()]))
+            extents = None if _builder is None else _extents([*args[1:], *kwargs.values()])
+            checked = [] if extents is None else bounds_checked(_builder, extents)
             try:
                 out = _original(*args, **kwargs)
             finally:

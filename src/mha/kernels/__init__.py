@@ -77,8 +77,9 @@ def bounds_checked():
     Triton's InterpreterError) when a lane that its mask lets through loads, stores or adds
     outside the tensors it was given. The interpreter checks nothing by itself: such a lane
     reads or writes whatever lies there in this process, and can corrupt the heap. ``check``
-    and the grader run every kernel exercise this way. Compiled for a GPU, kernels are not
-    checked (NVIDIA's compute-sanitizer does that there)."""
+    and the grader run every kernel exercise this way. Only launches on CPU tensors are
+    checked: compiled for a GPU, or interpreted on copies of GPU tensors, kernels are not
+    (NVIDIA's compute-sanitizer checks them there)."""
     from mha import _calls
 
     saved = _calls.watch_launches([0])
