@@ -556,3 +556,18 @@ def test_every_part_of_the_course_has_a_prediction():
     lessons = {int(ex.lesson[:2]) for ex in EXERCISES.values() if ex.prediction}
     for part, numbers in parts.items():
         assert lessons & set(numbers), f"part {part} (lessons {list(numbers)}) has no prediction exercise"
+
+
+def test_a_public_raise_case_is_settled_by_the_public_value_cases_alone():
+    """check sees the public cases only; the grader must give a public raise case the same
+    verdict whatever the hidden draw, even one where a wrong answer happens to be right."""
+    from mha.exercises._core import Verdict, settle
+
+    cases = [Case((1,)), Case((2,), raises="ValueError"), Case((3,), hidden=True), Case((4,), hidden=True, raises="ValueError")]
+    verdicts = [Verdict(False, "wrong values"), Verdict(True, "raises ValueError", False, True),
+                Verdict(True, "correct", True), Verdict(True, "raises ValueError", True, True)]
+    public_raise, hidden_raise = settle(cases, verdicts)[1], settle(cases, verdicts)[3]
+    assert not public_raise.passed and "counts once" in public_raise.message
+    assert hidden_raise.passed
+    verdicts[0] = Verdict(True, "correct")
+    assert settle(cases, verdicts)[1].passed

@@ -640,11 +640,14 @@ def separating(make: Callable[[], Case], ex: "Exercise", names: tuple[str, ...] 
 def settle(cases: list[Case], verdicts: list[Verdict]) -> list[Verdict]:
     """The rule both judges apply to an exercise's verdicts once they are all in: raising
     the right error on bad input counts only for a function that also returns a correct
-    value somewhere (a function that raises on everything earns nothing)."""
+    value somewhere (a function that raises on everything earns nothing). A public raise case
+    looks at the public value cases only: ``check`` sees no others, and a hidden draw that
+    happens to suit a wrong answer must not change a public verdict in the grader."""
     value_ok = any(v.passed and not v.raises for v in verdicts)
+    public_value_ok = any(v.passed and not v.raises and not v.hidden for v in verdicts)
     out = []
     for case, v in zip(cases, verdicts):
-        if case.raises and v.passed and not value_ok:
+        if case.raises and v.passed and not (value_ok if v.hidden else public_value_ok):
             v = Verdict(False, f"raises {case.raises} as asked; {PENDING}", v.hidden, True)
         out.append(v)
     return out
