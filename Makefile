@@ -74,7 +74,7 @@ test-lib: $(STAMP)
 	$(BIN)/python -m pytest tests -n 2 -m "not site"
 
 # The grader's own tests (tests/test_the_tests.py) on 400 hidden draws of every exercise instead
-# of the 20 that `make test` runs: every correct answer full marks, every listed mistake and
+# of the 5 that `make test` runs: every correct answer full marks, every listed mistake and
 # held-out wrong answer a loss, on every draw. Minutes; .ci/run calls it after `make test`.
 test-the-tests: $(STAMP)
 	MHA_TEST_SEEDS=400 MHA_KERNEL_TEST_SEEDS=25 $(BIN)/python -m pytest tests/test_the_tests.py -n 2 -p no:cacheprovider

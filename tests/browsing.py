@@ -109,22 +109,88 @@ COLLAPSE_CODE_TOKENS = r"""() => {
 }"""
 
 
-def axe_problems(page, axe_source: str, impacts=("serious", "critical"), rules=None) -> list[str]:
+# Colour contrast, and a link's contrast with the text around it, also cost about a second
+# per run whatever they check (axe lays out the whole page first), and most of a lesson's
+# text repeats a few styles. So these two rules run on one sample of each contrast style:
+# an element with text of its own, keyed by everything its contrast depends on (its colour,
+# font size and weight, text shadow, the opacity of it and its ancestors, and every
+# background from it down to the first opaque one; for a link, also its underline and
+# border, the colour of the text around it and whether there is text around it). A sample
+# is preferably shown and has a letter or digit in it (axe skips hidden text and
+# punctuation). Given the styles already checked (on earlier pages of the same site), only
+# new ones are checked, and a page that brings none skips the two rules.
+# The rules whose verdict depends on the colours (the others see the same page in light
+# and dark colours), and which run on the samples.
+COLOUR_RULES = ("color-contrast", "link-in-text-block")
+CONTRAST_SAMPLES = r"""(checked) => {
+    const done = new Set(checked);
+    const style = new Map(), css = el => style.get(el) || style.set(el, getComputedStyle(el)).get(el);
+    const text = el => el.textContent.trim();
+    const keyOf = el => {
+        const s = css(el), backs = [];
+        let opacity = 1, opaque = false;
+        for (let a = el; a; a = a.parentElement) {
+            const t = css(a);
+            opacity *= parseFloat(t.opacity);
+            if (opaque) continue;
+            if (t.backgroundImage !== "none") backs.push(t.backgroundImage);
+            if (t.backgroundColor !== "rgba(0, 0, 0, 0)") {
+                backs.push(t.backgroundColor);
+                opaque = t.backgroundColor.startsWith("rgb(");
+            }
+        }
+        const key = [s.color, s.fontSize, s.fontWeight, s.textShadow, opacity, backs.join(" over ")];
+        const up = el.parentElement;
+        if (el.tagName === "A" && up) {
+            key.push("link", s.textDecorationLine, s.borderBottomStyle, s.borderBottomWidth,
+                     css(up).color, text(up).length > text(el).length);
+        }
+        return key.join("|");
+    };
+    const own = el => Array.from(el.childNodes).some(n => n.nodeType === 3 && n.textContent.trim());
+    const rank = el => 2 * (el.getClientRects().length > 0) + /[\p{L}\p{N}]/u.test(el.textContent);
+    const sample = new Map();
+    for (const el of document.body.querySelectorAll("*")) {
+        if (!own(el)) continue;
+        const key = keyOf(el);
+        if (done.has(key)) continue;
+        const had = sample.get(key);
+        if (!had || rank(el) > rank(had)) sample.set(key, el);
+    }
+    window.__contrastSamples = Array.from(sample.values());
+    return Array.from(sample.keys());
+}"""
+
+AXE_RUN = """async ([context, only, rules]) => {
+    const where = context === "samples" ? {include: window.__contrastSamples} : document;
+    const result = await axe.run(where, {runOnly: only, rules: rules, resultTypes: ["violations"]});
+    return result.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+        nodes: v.nodes.map(n => n.target.join(" "))}));
+}"""
+
+
+def axe_problems(page, axe_source: str, impacts=("serious", "critical"), rules=None,
+                 checked_styles: set | None = None) -> list[str]:
     """axe-core's WCAG 2 A/AA violations of the given impacts on the open page, in its
     current colours, one line each (after COLLAPSE_CODE_TOKENS, which changes the page's
-    code blocks: run it after the page's other checks). ``rules``: only these axe rules."""
+    code blocks: run it after the page's other checks). ``rules``: only these axe rules.
+    COLOUR_RULES run on CONTRAST_SAMPLES: on the styles not in ``checked_styles``, a set
+    this adds the page's new styles to (None: every style of the page)."""
     if not page.evaluate("() => typeof window.axe !== 'undefined'"):
         page.add_script_tag(content=axe_source)
     page.evaluate(COLLAPSE_CODE_TOKENS)
-    only = {"type": "rule", "values": list(rules)} if rules else {"type": "tag", "values": AXE_TAGS}
-    violations = page.evaluate(
-        """async (only) => {
-            const result = await axe.run(document, {runOnly: only, resultTypes: ["violations"]});
-            return result.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
-                nodes: v.nodes.map(n => n.target.join(" "))}));
-        }""",
-        only,
-    )
+    sampled = [r for r in COLOUR_RULES if rules is None or r in rules]
+    violations = []
+    if rules is None or set(rules) - set(sampled):
+        only = ({"type": "tag", "values": AXE_TAGS} if rules is None else
+                {"type": "rule", "values": [r for r in rules if r not in sampled]})
+        violations += page.evaluate(AXE_RUN, ["document", only, {r: {"enabled": False} for r in sampled}])
+    if sampled:
+        styles = page.evaluate(CONTRAST_SAMPLES, sorted(checked_styles or ()))
+        if styles:
+            violations += page.evaluate(AXE_RUN, ["samples", {"type": "rule", "values": sampled}, {}])
+        if checked_styles is not None:
+            checked_styles.update(styles)
     return [
         f"{v['impact']}: {v['id']} ({v['help']}) at {v['nodes'][:4]}"
         for v in violations

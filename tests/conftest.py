@@ -114,6 +114,14 @@ STUDENT_ENV_MARKER = BUILD / ".student-env.json"
 STUDENT_ENV_PACKAGES = ["torch==2.13.0", "ipykernel", "nbclient"]
 
 
+def student_environ() -> dict[str, str]:
+    """The environment variables of a student's commands: these, but Python keeps the
+    modules it compiles, as it does by default (a machine that says otherwise, with
+    PYTHONDONTWRITEBYTECODE, would have every process of the student's environment compile
+    matplotlib and the rest again)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def make_student_env(env: Path) -> str:
     """A new virtual environment at ``env`` with the CPU build of torch and what runs a
     notebook headlessly; "" or what failed. --no-compile: pip would byte-compile torch's
@@ -123,7 +131,7 @@ def make_student_env(env: Path) -> str:
     shutil.rmtree(env, ignore_errors=True)
     for cmd in ([sys.executable, "-m", "venv", str(env)],
                 [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile", *STUDENT_ENV_PACKAGES]):
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=student_environ())
         if proc.returncode != 0:
             return f"{' '.join(cmd[:5])} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     return ""

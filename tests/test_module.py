@@ -335,3 +335,31 @@ def test_gradcheck_of_causal_self_attention_in_float64(backend):
 def test_max_len_allows_sequences_up_to_it():
     m = make(8, 2, max_len=5)
     assert m(rand(1, 5, 8)).shape == (1, 5, 8)
+
+
+def test_the_package_imports_its_names_on_first_use():
+    """``import mha`` alone imports no torch (``mha report`` needs none); every name of
+    ``mha.__all__`` and every submodule is there when asked for, and a wrong name is an
+    AttributeError that names it."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import mha
+assert "torch" not in sys.modules
+assert set(mha.__all__) <= set(dir(mha))
+assert mha.masks.causal_mask is mha.causal_mask
+for name in mha.__all__:
+    getattr(mha, name)
+from mha import MultiHeadAttention, flash_attention
+try:
+    mha.MultiheadAttention
+except AttributeError as e:
+    assert "MultiheadAttention" in str(e)
+else:
+    raise AssertionError("no AttributeError")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+

@@ -1,7 +1,7 @@
 """The built website in a real browser, as a whole: the home page, navigation, search,
-one search box, and dark mode with legible figures. Each page on its own (its attention
-explorers included) is checked in tests/test_site_pages.py. Screenshots go to
-_build/artifacts.
+one search box, dark mode with legible figures, and the accessibility check itself. Each
+page on its own (its attention explorers included) is checked in tests/test_site_pages.py.
+Screenshots go to _build/artifacts.
 
 Without Debian's chromium the tests are skipped, except in CI (the environment variable
 CI is set), where a missing browser is a failure.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from browsing import Tab
+from browsing import Tab, axe_problems
 from conftest import ARTIFACTS
 from test_site import LESSONS
 
@@ -93,5 +93,33 @@ def test_dark_mode_follows_the_system_and_figures_stay_legible(browser, site_url
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         tab.page.screenshot(path=str(ARTIFACTS / "figure-dark.png"))
         assert tab.errors == []
+    finally:
+        tab.close()
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+def test_axe_still_sees_text_of_poor_contrast(browser, site_url, axe_source, dark):
+    """The accessibility check of every page (tests/test_site_pages.py) merges code tokens
+    of the same colour and checks the contrast of one element per style, and only of styles
+    that no earlier page had: a code token or a paragraph given too little contrast must
+    still be reported, on a page whose styles were all checked before."""
+    tab = Tab(browser, site_url, dark=dark)
+    page = f"{site_url}/book/grading.html"  # a short page with highlighted code
+    try:
+        tab.open(page)
+        cls = tab.page.evaluate(  # a kind of token with letters (axe skips punctuation)
+            "() => Array.from(document.querySelectorAll('.highlight pre span[class]'))"
+            ".filter(s => /^[A-Za-z_]\\w+$/.test(s.textContent)).map(s => s.className).pop()"
+        )
+        contrast = ["color-contrast"]  # the rule this is about
+        checked = set()
+        assert axe_problems(tab.page, axe_source, rules=contrast, checked_styles=checked) == []
+        assert len(checked) > 5, checked
+        faint = "#777" if dark else "#bbb"
+        for target in (f".highlight pre span.{cls}", "main p"):
+            tab.open(page)
+            tab.page.add_style_tag(content=f"{target} {{ color: {faint} !important }}")
+            problems = axe_problems(tab.page, axe_source, rules=contrast, checked_styles=set(checked))
+            assert any("color-contrast" in p for p in problems), (target, problems)
     finally:
         tab.close()

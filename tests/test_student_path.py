@@ -26,7 +26,7 @@ import nbformat
 import pytest
 from bs4 import BeautifulSoup
 
-from conftest import ARTIFACTS, ROOT, exercise_part, make_student_env, prepared_student_env, run_id
+from conftest import ARTIFACTS, ROOT, exercise_part, make_student_env, prepared_student_env, run_id, student_environ
 from mha.grading import extract
 from mha.notebooks import BEGIN, END, STUB
 
@@ -49,7 +49,7 @@ def downloads(html_dir: Path, page: str, suffix: str) -> list[Path]:
 
 
 def run(cmd, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=student_environ(), **kw)
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,11 @@ trapped, arguments watched, operations recorded where the exercise audits them):
   listed mistake and every held-out answer: in-process for all of them, and through the
   real sandboxed grader for every answer that has source code.
 
-``MHA_TEST_SEEDS`` sets the number of hidden draws: 20 by default, what ``make test`` runs in
-about 90 s of one worker; ``make test-the-tests`` runs 400, and CI runs it after ``make test``.
-The answers to the kernel exercises run in Triton's interpreter, a few milliseconds a call:
-they are judged on the first ``MHA_KERNEL_TEST_SEEDS`` of those draws (default 8, 25 in
-``make test-the-tests``); their listed mistakes, plain torch, on all of them.
+``MHA_TEST_SEEDS`` sets the number of hidden draws: 5 by default, what ``make test`` runs in
+about 40 s of one worker, a quick look; ``make test-the-tests`` runs 400, and CI runs it after
+``make test``. The answers to the kernel exercises run in Triton's interpreter, a few
+milliseconds a call: they are judged on the first ``MHA_KERNEL_TEST_SEEDS`` of those draws
+(default 2, 25 in ``make test-the-tests``); their listed mistakes, plain torch, on all of them.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from mha.exercises._core import Case, settle
 from mha.exercises.feedback import call_outcome, traps_of
 from mha.grading.answer_key import source_chunks
 
-SEEDS = range(int(os.environ.get("MHA_TEST_SEEDS", "20")))
-KERNEL_SEEDS = SEEDS[:int(os.environ.get("MHA_KERNEL_TEST_SEEDS", "8"))]
+SEEDS = range(int(os.environ.get("MHA_TEST_SEEDS", "5")))
+KERNEL_SEEDS = SEEDS[:int(os.environ.get("MHA_KERNEL_TEST_SEEDS", "2"))]
 IDS = list(EXERCISES)
 CORRECT = load_alternatives("CORRECT")
 WRONG = load_alternatives("WRONG")

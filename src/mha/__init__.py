@@ -22,18 +22,44 @@ One file per concept:
     cli.py        the `mha` command
 """
 
-from .attention import safe_softmax, scaled_dot_product_attention
-from .backward import attention_backward
-from .cache import KVCache, LatentCache
-from .counting import PRESETS, ModelConfig, attention_flops, count_parameters, kv_cache_bytes
-from .counting import LATENT_PRESETS, LatentConfig, latent_cache_bytes
-from .heads import merge_heads, split_heads
-from .masks import causal_mask, combine_masks, mask_from_torch, padding_mask, to_additive
-from .latent import MultiHeadLatentAttention
-from .module import MultiHeadAttention, SingleHeadAttention
-from .rope import apply_rope
-from .tiled import tiled_attention
-from .flash import flash_attention
+import importlib
+import importlib.util
+
+# Where each name of the package's interface is defined. A name is imported on first use
+# (PEP 562), so that commands that need no torch (``mha report``, ``mha --help``) start in a
+# fraction of a second; ``from mha import MultiHeadAttention`` works as usual.
+_HOME = {
+    "safe_softmax": "attention", "scaled_dot_product_attention": "attention",
+    "attention_backward": "backward",
+    "KVCache": "cache", "LatentCache": "cache",
+    "PRESETS": "counting", "ModelConfig": "counting", "attention_flops": "counting",
+    "count_parameters": "counting", "kv_cache_bytes": "counting", "LATENT_PRESETS": "counting",
+    "LatentConfig": "counting", "latent_cache_bytes": "counting",
+    "merge_heads": "heads", "split_heads": "heads",
+    "causal_mask": "masks", "combine_masks": "masks", "mask_from_torch": "masks",
+    "padding_mask": "masks", "to_additive": "masks",
+    "MultiHeadLatentAttention": "latent",
+    "MultiHeadAttention": "module", "SingleHeadAttention": "module",
+    "apply_rope": "rope",
+    "tiled_attention": "tiled",
+    "flash_attention": "flash",
+}
+
+
+def __getattr__(name: str):
+    """A name of ``__all__`` from its module, or a submodule (``mha.masks``), imported now."""
+    if name in _HOME:
+        value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    if importlib.util.find_spec(f".{name}", __name__) is not None:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'mha' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOME))
+
 
 __all__ = [
     "scaled_dot_product_attention", "safe_softmax", "split_heads", "merge_heads",

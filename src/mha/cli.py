@@ -161,12 +161,6 @@ def _submissions(args, own_files) -> tuple[list, list[str]] | str:
 def _grade(args) -> int:
     from pathlib import Path
 
-    from mha.exercises import ExerciseFileError, load_exercises, select
-    from mha.exercises._load import DRAWS
-    from mha.grading import grades, reports
-    from mha.grading.grader import grade_many, unique_names
-    from mha.grading.sandbox import Limits
-
     missing = [s for s in args.submissions if not Path(s).exists()]
     if missing:
         print(f"mha grade: no such file or folder: {', '.join(missing)}", file=sys.stderr)
@@ -174,6 +168,14 @@ def _grade(args) -> int:
     if args.jobs < 1:
         print(f"mha grade: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
         return 2
+
+    # After the checks that need nothing of the course: these import torch (a second or two).
+    from mha.exercises import ExerciseFileError, load_exercises, select
+    from mha.exercises._load import DRAWS
+    from mha.grading import grades, reports
+    from mha.grading.grader import grade_many, unique_names
+    from mha.grading.sandbox import Limits
+
     draws = DRAWS if args.exercises_draws is None else args.exercises_draws
     if draws < 1:
         print(f"mha grade: --exercises-draws must be at least 1, got {draws}", file=sys.stderr)
