@@ -366,13 +366,20 @@ def site_url(built_site):
     server.server_close()
 
 
-@pytest.fixture
-def tab(browser, site_url):
+@pytest.fixture(scope="session")
+def reused_tab(browser, site_url):
     from browsing import Tab
 
     tab = Tab(browser, site_url)
     yield tab
     tab.close()
+
+
+@pytest.fixture
+def tab(reused_tab):
+    """A tab on the built site, as if new (Tab.reset): one tab serves every test of the process."""
+    reused_tab.reset()
+    return reused_tab
 
 
 @pytest.fixture(scope="session")

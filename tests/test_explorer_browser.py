@@ -54,13 +54,19 @@ def explorer_page(tmp_path_factory):
     return page.as_uri()
 
 
-@pytest.fixture
-def explorer_tab(browser, explorer_page):
+@pytest.fixture(scope="module")
+def one_tab(browser, explorer_page):
     tab = Tab(browser, explorer_page)
-    tab.open(explorer_page)
     yield tab
-    assert tab.errors == [], f"JavaScript errors: {tab.errors}"
     tab.close()
+
+
+@pytest.fixture
+def explorer_tab(one_tab, explorer_page):
+    """The explorers' page, loaded again for each test in one tab (Tab.open_afresh)."""
+    one_tab.open_afresh(explorer_page)
+    yield one_tab
+    assert one_tab.errors == [], f"JavaScript errors: {one_tab.errors}"
 
 
 def test_explorer_readout_shows_the_hovered_weight_of_the_selected_head(explorer_tab):

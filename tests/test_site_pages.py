@@ -22,19 +22,25 @@ PHONE = 390
 HERE = ALL_PAGES[0::2]  # the other half: tests/test_site_pages_2.py
 
 
-def opened(request, browser, site_url):
-    """The page ``request.param``, opened once for every test of its module (pytest runs
-    them together)."""
+@pytest.fixture(scope="module")
+def one_tab(browser, site_url):
+    """The tab this module opens its pages in, one after the other (Tab.open_afresh)."""
     tab = Tab(browser, site_url)
-    tab.path = request.param
-    tab.open(f"{site_url}/{request.param}")
     yield tab
     tab.close()
 
 
+def opened(request, tab, site_url):
+    """The page ``request.param``, opened once for every test of its module (pytest runs
+    them together)."""
+    tab.path = request.param
+    tab.open_afresh(f"{site_url}/{request.param}")
+    return tab
+
+
 @pytest.fixture(scope="module", params=HERE)
-def page(request, browser, site_url):
-    yield from opened(request, browser, site_url)
+def page(request, one_tab, site_url):
+    return opened(request, one_tab, site_url)
 
 
 def test_page_loads_without_javascript_errors(page):

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 import test_site_pages as first
-from test_site_pages import ALL_PAGES, CHECKS, opened
+from test_site_pages import ALL_PAGES, CHECKS, one_tab, opened  # noqa: F401 (one_tab: a fixture)
 
 HERE = ALL_PAGES[1::2]
 
 
 @pytest.fixture(scope="module", params=HERE)
-def page(request, browser, site_url):
-    yield from opened(request, browser, site_url)
+def page(request, one_tab, site_url):
+    return opened(request, one_tab, site_url)
 
 
 for _check in CHECKS:  # collected in this order, as in tests/test_site_pages.py
