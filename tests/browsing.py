@@ -52,26 +52,32 @@ class Tab:
         self.page.goto(url, wait_until="load")
         self.settle()
 
-    def reset(self):
-        """This tab as if it were new: light colours, the default width, no errors or
-        requests recorded yet. A new tab costs the browser a process and a cold start, about
-        a second of CPU a page; in a tab used again the site's files stay cached, as they do
-        for a reader going from page to page."""
-        self.page.emulate_media(color_scheme="light")
-        self.page.set_viewport_size({"width": 1280, "height": 900})
+    def reset(self, *, width: int = 1280, dark: bool = False):
+        """This tab as if it were new (``width`` and ``dark`` as for a new Tab), with no
+        errors or requests recorded yet. A new tab costs the browser a process and a cold
+        start, about a second of CPU a page; in a tab used again the site's files stay
+        cached, as they do for a reader going from page to page."""
+        self.page.emulate_media(color_scheme="dark" if dark else "light")
+        self.page.set_viewport_size({"width": width, "height": 900})
         self.errors.clear()
         self.external.clear()
 
-    def open_afresh(self, url: str):
-        self.reset()
+    def open_afresh(self, url: str, **kwargs):
+        """Open ``url`` in this tab as if it were new (reset: ``width``, ``dark``)."""
+        self.reset(**kwargs)
         self.open(url)
 
     def settle(self):
-        """Wait until MathJax (where the page has maths) has finished typesetting."""
+        """Wait until MathJax (where the page has maths) has finished typesetting, and the
+        theme's fades have ended (a page from the cache can be checked while the search
+        button still fades into its dark colours)."""
         self.page.wait_for_load_state("load")
         self.page.evaluate(
             "async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise)"
-            " { await MathJax.startup.promise; } }"
+            " { await MathJax.startup.promise; }"
+            " await Promise.all(document.getAnimations()"
+            ".filter(a => isFinite(a.effect?.getComputedTiming().endTime))"
+            ".map(a => a.finished.catch(() => null))); }"
         )
 
     def close(self):

@@ -455,6 +455,16 @@ def shoot(tab, start: str, end: str, name: str) -> None:
     if os.environ.get("MHA_UPDATE_FIGURES"):
         shutil.copyfile(shot, ROOT / "book" / "images" / name)
 
+@pytest.fixture(scope="module")
+def report_tab(browser):
+    """One tab for the four views of the page below (Tab.open_afresh)."""
+    from browsing import Tab
+
+    tab = Tab(browser, "file:///")
+    yield tab
+    tab.close()
+
+
 # The contrast styles checked so far, per colour scheme: each width checks only the styles
 # the other did not show (tests/browsing.py, CONTRAST_SAMPLES).
 CHECKED_STYLES = {False: set(), True: set()}
@@ -462,26 +472,23 @@ CHECKED_STYLES = {False: set(), True: set()}
 
 @pytest.mark.parametrize("width,dark", [(1280, False), (1280, True), (390, False), (390, True)],
                          ids=["1280-light", "1280-dark", "390-light", "390-dark"])
-def test_the_page_passes_the_browser_and_accessibility_checks(graded, browser, axe_source, width, dark):
+def test_the_page_passes_the_browser_and_accessibility_checks(graded, report_tab, axe_source, width, dark):
     """In dark colours only axe's colour rules run: the others see the same page as in light."""
-    from browsing import COLOUR_RULES, Tab, axe_problems
+    from browsing import COLOUR_RULES, axe_problems
 
-    tab = Tab(browser, "file:///", width=width, dark=dark)
-    try:
-        tab.open((graded.folder / "report" / classreport.HTML_NAME).as_uri())
-        widths = tab.page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
-        assert widths[0] == widths[1] == width, f"the page scrolls sideways: {widths}"
-        background = tab.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
-        assert (background == "rgb(255, 255, 255)") != dark, background
-        if width == 1280 and not dark:  # the pictures of the instructors' page
-            tab.page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
-            shoot(tab, "#monday", "#class", "class-report-top.png")
-            shoot(tab, f"#ex-{classreport.anchor(SHOWN)}", "#students", "class-report.png")
+    tab = report_tab
+    tab.open_afresh((graded.folder / "report" / classreport.HTML_NAME).as_uri(), width=width, dark=dark)
+    widths = tab.page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert widths[0] == widths[1] == width, f"the page scrolls sideways: {widths}"
+    background = tab.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    assert (background == "rgb(255, 255, 255)") != dark, background
+    if width == 1280 and not dark:  # the pictures of the instructors' page
         tab.page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
-        widths = tab.page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
-        assert widths[0] == widths[1], f"with every example open, the page scrolls sideways: {widths}"
-        assert axe_problems(tab.page, axe_source, rules=COLOUR_RULES if dark else None,
-                            checked_styles=CHECKED_STYLES[dark]) == []
-        assert tab.errors == [] and tab.external == []
-    finally:
-        tab.close()
+        shoot(tab, "#monday", "#class", "class-report-top.png")
+        shoot(tab, f"#ex-{classreport.anchor(SHOWN)}", "#students", "class-report.png")
+    tab.page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+    widths = tab.page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert widths[0] == widths[1], f"with every example open, the page scrolls sideways: {widths}"
+    assert axe_problems(tab.page, axe_source, rules=COLOUR_RULES if dark else None,
+                        checked_styles=CHECKED_STYLES[dark]) == []
+    assert tab.errors == [] and tab.external == []

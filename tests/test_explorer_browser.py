@@ -141,34 +141,28 @@ def test_explorers_on_one_page_do_not_interfere(explorer_tab):
 
 
 @pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
-def test_explorer_passes_axe_and_is_saved_as_a_screenshot(browser, explorer_page, axe_source, dark):
-    tab = Tab(browser, explorer_page, dark=dark)
-    try:
-        tab.open(explorer_page)
-        explorer = tab.page.locator("#self .attention-explorer")
-        explorer.locator('input[type="range"]').fill("2")
-        readout_of(explorer, 4, 1)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        target = ARTIFACTS / f"explorer-{'dark' if dark else 'light'}.png"
-        explorer.screenshot(path=str(target))
-        assert target.stat().st_size > 5_000
-        # In dark colours only the colour rules: the others see the same page as in light.
-        assert axe_problems(tab.page, axe_source, rules=COLOUR_RULES if dark else None) == []
-        assert tab.errors == []
-    finally:
-        tab.close()
+def test_explorer_passes_axe_and_is_saved_as_a_screenshot(one_tab, explorer_page, axe_source, dark):
+    tab = one_tab
+    tab.open_afresh(explorer_page, dark=dark)
+    explorer = tab.page.locator("#self .attention-explorer")
+    explorer.locator('input[type="range"]').fill("2")
+    readout_of(explorer, 4, 1)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    target = ARTIFACTS / f"explorer-{'dark' if dark else 'light'}.png"
+    explorer.screenshot(path=str(target))
+    assert target.stat().st_size > 5_000
+    # In dark colours only the colour rules: the others see the same page as in light.
+    assert axe_problems(tab.page, axe_source, rules=COLOUR_RULES if dark else None) == []
+    assert tab.errors == []
 
 
-def test_explorer_fits_a_phone(browser, explorer_page):
-    tab = Tab(browser, explorer_page, width=390)
-    try:
-        tab.open(explorer_page)
-        widths = tab.page.evaluate(
-            "() => [document.documentElement.scrollWidth, window.innerWidth,"
-            " document.querySelector('.attention-explorer svg').getBoundingClientRect().width]"
-        )
-        assert widths[0] <= widths[1] and widths[2] <= widths[1], widths
-        explorer = tab.page.locator("#self .attention-explorer")
-        assert readout_of(explorer, 5, 0).startswith("head 0: mat -> the = ")
-    finally:
-        tab.close()
+def test_explorer_fits_a_phone(one_tab, explorer_page):
+    tab = one_tab
+    tab.open_afresh(explorer_page, width=390)
+    widths = tab.page.evaluate(
+        "() => [document.documentElement.scrollWidth, window.innerWidth,"
+        " document.querySelector('.attention-explorer svg').getBoundingClientRect().width]"
+    )
+    assert widths[0] <= widths[1] and widths[2] <= widths[1], widths
+    explorer = tab.page.locator("#self .attention-explorer")
+    assert readout_of(explorer, 5, 0).startswith("head 0: mat -> the = ")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from browsing import Tab, axe_problems
+from browsing import axe_problems
 from conftest import ARTIFACTS
 from test_site import LESSONS
 
@@ -70,56 +70,52 @@ def test_the_first_lesson_has_one_search_box_and_a_screenshot(tab, site_url):
     assert target.stat().st_size > 10_000
 
 
-def test_dark_mode_follows_the_system_and_figures_stay_legible(browser, site_url):
+def test_dark_mode_follows_the_system_and_figures_stay_legible(reused_tab, site_url):
     """A reader whose system is dark gets the dark theme; figures sit on a white panel."""
-    tab = Tab(browser, site_url, dark=True)
-    try:
-        for lesson in LESSONS:
-            tab.open(f"{site_url}/{lesson}.html")
-            if tab.page.locator("main .cell_output img").count():
-                break
-        else:
-            pytest.skip("no lesson shows a figure")
-        assert tab.page.evaluate("() => document.documentElement.dataset.theme") == "dark"
-        figures = tab.page.locator("main .cell_output img").evaluate_all(
-            """imgs => imgs.map(img => { const s = getComputedStyle(img);
-                return [s.backgroundColor, s.filter]; })"""
-        )
-        page_background = tab.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
-        assert page_background != "rgb(255, 255, 255)", "the page did not turn dark"
-        assert all(figure == ["rgb(255, 255, 255)", "none"] for figure in figures), figures
-        figure = tab.page.locator("main .cell_output img").first
-        figure.scroll_into_view_if_needed()
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        tab.page.screenshot(path=str(ARTIFACTS / "figure-dark.png"))
-        assert tab.errors == []
-    finally:
-        tab.close()
+    tab = reused_tab
+    tab.reset(dark=True)
+    for lesson in LESSONS:
+        tab.open(f"{site_url}/{lesson}.html")
+        if tab.page.locator("main .cell_output img").count():
+            break
+    else:
+        pytest.skip("no lesson shows a figure")
+    assert tab.page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+    figures = tab.page.locator("main .cell_output img").evaluate_all(
+        """imgs => imgs.map(img => { const s = getComputedStyle(img);
+            return [s.backgroundColor, s.filter]; })"""
+    )
+    page_background = tab.page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    assert page_background != "rgb(255, 255, 255)", "the page did not turn dark"
+    assert all(figure == ["rgb(255, 255, 255)", "none"] for figure in figures), figures
+    figure = tab.page.locator("main .cell_output img").first
+    figure.scroll_into_view_if_needed()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    tab.page.screenshot(path=str(ARTIFACTS / "figure-dark.png"))
+    assert tab.errors == []
 
 
 @pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
-def test_axe_still_sees_text_of_poor_contrast(browser, site_url, axe_source, dark):
+def test_axe_still_sees_text_of_poor_contrast(reused_tab, site_url, axe_source, dark):
     """The accessibility check of every page (tests/test_site_pages.py) merges code tokens
     of the same colour and checks the contrast of one element per style, and only of styles
     that no earlier page had: a code token or a paragraph given too little contrast must
     still be reported, on a page whose styles were all checked before."""
-    tab = Tab(browser, site_url, dark=dark)
+    tab = reused_tab
+    tab.reset(dark=dark)
     page = f"{site_url}/book/grading.html"  # a short page with highlighted code
-    try:
+    tab.open(page)
+    cls = tab.page.evaluate(  # a kind of token with letters (axe skips punctuation)
+        "() => Array.from(document.querySelectorAll('.highlight pre span[class]'))"
+        ".filter(s => /^[A-Za-z_]\\w+$/.test(s.textContent)).map(s => s.className).pop()"
+    )
+    contrast = ["color-contrast"]  # the rule this is about
+    checked = set()
+    assert axe_problems(tab.page, axe_source, rules=contrast, checked_styles=checked) == []
+    assert len(checked) > 5, checked
+    faint = "#777" if dark else "#bbb"
+    for target in (f".highlight pre span.{cls}", "main p"):
         tab.open(page)
-        cls = tab.page.evaluate(  # a kind of token with letters (axe skips punctuation)
-            "() => Array.from(document.querySelectorAll('.highlight pre span[class]'))"
-            ".filter(s => /^[A-Za-z_]\\w+$/.test(s.textContent)).map(s => s.className).pop()"
-        )
-        contrast = ["color-contrast"]  # the rule this is about
-        checked = set()
-        assert axe_problems(tab.page, axe_source, rules=contrast, checked_styles=checked) == []
-        assert len(checked) > 5, checked
-        faint = "#777" if dark else "#bbb"
-        for target in (f".highlight pre span.{cls}", "main p"):
-            tab.open(page)
-            tab.page.add_style_tag(content=f"{target} {{ color: {faint} !important }}")
-            problems = axe_problems(tab.page, axe_source, rules=contrast, checked_styles=set(checked))
-            assert any("color-contrast" in p for p in problems), (target, problems)
-    finally:
-        tab.close()
+        tab.page.add_style_tag(content=f"{target} {{ color: {faint} !important }}")
+        problems = axe_problems(tab.page, axe_source, rules=contrast, checked_styles=set(checked))
+        assert any("color-contrast" in p for p in problems), (target, problems)
