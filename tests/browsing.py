@@ -74,10 +74,16 @@ class Tab:
         self.page.wait_for_load_state("load")
         self.page.evaluate(
             "async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise)"
-            " { await MathJax.startup.promise; }"
-            " await Promise.all(document.getAnimations()"
+            " { await MathJax.startup.promise; } }"
+        )
+        self.end_fades()
+
+    def end_fades(self):
+        """Wait until the page's finite animations (the theme's fades) have ended."""
+        self.page.evaluate(
+            "() => Promise.all(document.getAnimations()"
             ".filter(a => isFinite(a.effect?.getComputedTiming().endTime))"
-            ".map(a => a.finished.catch(() => null))); }"
+            ".map(a => a.finished.catch(() => null)))"
         )
 
     def close(self):
@@ -130,18 +136,17 @@ COLLAPSE_CODE_TOKENS = r"""() => {
 }"""
 
 
-# Colour contrast, and a link's contrast with the text around it, also cost about a second
-# per run whatever they check (axe lays out the whole page first), and most of a lesson's
-# text repeats a few styles. So these two rules run on one sample of each contrast style:
-# an element with text of its own, keyed by everything its contrast depends on (its colour,
-# font size and weight, text shadow, the opacity of it and its ancestors, and every
-# background from it down to the first opaque one; for a link, also its underline and
-# border, the colour of the text around it and whether there is text around it). A sample
-# is preferably shown and has a letter or digit in it (axe skips hidden text and
+# The rules whose verdict depends on the colours (the others see the same page in light and
+# dark colours). Colour contrast, and a link's contrast with the text around it, also cost
+# about a second per run whatever they check (axe lays out the whole page first), and most
+# of a lesson's text repeats a few styles. So these two rules run on one sample of each
+# contrast style: an element with text of its own, keyed by everything its contrast depends
+# on (its colour, font size and weight, text shadow, the opacity of it and its ancestors,
+# and every background from it down to the first opaque one; for a link, also its underline
+# and border, the colour of the text around it and whether there is text around it). A
+# sample is preferably shown and has a letter or digit in it (axe skips hidden text and
 # punctuation). Given the styles already checked (on earlier pages of the same site), only
 # new ones are checked, and a page that brings none skips the two rules.
-# The rules whose verdict depends on the colours (the others see the same page in light
-# and dark colours), and which run on the samples.
 COLOUR_RULES = ("color-contrast", "link-in-text-block")
 CONTRAST_SAMPLES = r"""(checked) => {
     const done = new Set(checked);

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from browsing import COLOUR_RULES, Tab, axe_problems, readout_of
+from browsing import COLOUR_RULES, axe_problems, readout_of
 from conftest import ARTIFACTS
 from test_site import PAGES as TOC_PAGES
 
@@ -22,25 +22,17 @@ PHONE = 390
 HERE = ALL_PAGES[0::2]  # the other half: tests/test_site_pages_2.py
 
 
-@pytest.fixture(scope="module")
-def one_tab(browser, site_url):
-    """The tab this module opens its pages in, one after the other (Tab.open_afresh)."""
-    tab = Tab(browser, site_url)
-    yield tab
-    tab.close()
-
-
 def opened(request, tab, site_url):
-    """The page ``request.param``, opened once for every test of its module (pytest runs
-    them together)."""
+    """The page ``request.param``, opened afresh (Tab.open_afresh) in the test process's
+    tab, once for every test of its module (pytest runs them together)."""
     tab.path = request.param
     tab.open_afresh(f"{site_url}/{request.param}")
     return tab
 
 
 @pytest.fixture(scope="module", params=HERE)
-def page(request, one_tab, site_url):
-    return opened(request, one_tab, site_url)
+def page(request, reused_tab, site_url):
+    return opened(request, reused_tab, site_url)
 
 
 def test_page_loads_without_javascript_errors(page):
@@ -121,8 +113,7 @@ def colours(page, scheme: str) -> None:
     own "auto" mode), without a reload."""
     page.page.emulate_media(color_scheme=scheme)
     page.page.wait_for_function("s => document.documentElement.dataset.theme === s", arg=scheme)
-    # The theme fades some colours (the search button's, for one): let the fades end.
-    page.page.evaluate("() => Promise.all(document.getAnimations().map(a => a.finished))")
+    page.end_fades()  # the theme fades some colours (the search button's, for one)
 
 
 # The contrast styles this process has checked, per colour scheme: a page's contrast check

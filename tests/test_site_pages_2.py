@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 import test_site_pages as first
-from test_site_pages import ALL_PAGES, CHECKS, one_tab, opened  # noqa: F401 (one_tab: a fixture)
+from test_site_pages import ALL_PAGES, CHECKS, opened
 
 HERE = ALL_PAGES[1::2]
 
 
 @pytest.fixture(scope="module", params=HERE)
-def page(request, one_tab, site_url):
-    return opened(request, one_tab, site_url)
+def page(request, reused_tab, site_url):
+    return opened(request, reused_tab, site_url)
 
 
 for _check in CHECKS:  # collected in this order, as in tests/test_site_pages.py
