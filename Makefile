@@ -64,7 +64,8 @@ seeds: $(STAMP)
 # (--no-loadscope-reorder; tests/conftest.py puts the site's tests last), and
 # tests/test_executed_notebooks.py checks the notebooks of that execution. --durations lists the slowest tests; lessons over
 # their time limit are named at the end (tests/conftest.py), and the per-lesson execution
-# times are in _build/artifacts/execution-times.txt.
+# times are in _build/artifacts/execution-times.txt. The browser's per-page checks run on a
+# sample, one page of each kind; MHA_SITE_PAGES=all make test checks every page, as CI does.
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -n 2 --dist loadfile --no-loadscope-reorder --durations=10
 

@@ -173,12 +173,15 @@ def uses_site(item) -> bool:
 # first: its worker waits for the build (the CPU goes to the build meanwhile) and then walks
 # it, a minute of one worker, while the other runs the library's tests. Then the longest
 # files (seconds alone, roughly), the others in file order, and the files that need the site
-# last, as they wait for the build: two halves of the pages, one per worker, then the short ones.
+# last, as they wait for the build: the browser's tests of the site and the two halves of its
+# pages, then the short ones (the same order shares them out evenly whether the pages are
+# a sample, as in `make test`, or all of them: tests/test_site_pages.py).
 FIRST = ["test_student_path.py"]  # 60, once the site is built
 LONGEST_FIRST = ["test_the_tests.py",  # 35
                  "test_grader.py", "test_exercises_notebooks.py", "test_grader_speed.py"]  # 10-15
-SITE_FILES_LONGEST_FIRST = ["test_site_pages.py", "test_site_pages_2.py",  # 80 and 70
-                            "test_site_browser.py", "test_executed_notebooks.py", "test_site.py"]
+SITE_FILES_LONGEST_FIRST = ["test_site_browser.py",  # 20
+                            "test_site_pages.py", "test_site_pages_2.py",  # 10 and 10; 45 and 35 for all pages
+                            "test_site.py", "test_executed_notebooks.py"]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -290,6 +293,9 @@ def pytest_terminal_summary(terminalreporter, config):
         if worst:
             terminalreporter.write_line(f"every lesson executed within its limit (slowest: {worst[1]}, {worst[0]:.1f} s)")
     terminalreporter.write_line(f"per-lesson times: {times}")
+    if os.environ.get("MHA_SITE_PAGES", "sample") == "sample":
+        terminalreporter.write_line("the browser checked a sample of the pages, one of each kind "
+                                    "(MHA_SITE_PAGES=all make test checks every page, as CI does)")
 
 
 def pytest_configure(config):
@@ -303,6 +309,12 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(1)
+
+    # The grader's tests grade batch after batch in this process: the zygotes that one batch
+    # started serve the next (mha.grading.sandbox); tests/test_grader_speed.py checks both ways.
+    from mha.grading import sandbox
+
+    sandbox.CLOSE_ZYGOTES_AFTER_BATCH = False
 
     config._mha_started = time.time()
     config._mha_run = uuid.uuid4().hex

@@ -80,6 +80,21 @@ def test_workers_are_forked_from_a_zygote_and_get_full_marks(tmp_path):
     assert sandbox.STARTS["fresh"] == before["fresh"]
 
 
+@pytest.mark.parametrize("close", [True, False])
+def test_a_batch_closes_its_idle_zygotes_unless_told_to_keep_them(tmp_path, monkeypatch, close):
+    """``mha grade`` closes them when its batch ends; a process that grades batch after batch
+    (the test suite) keeps them, and the next batch forks from the same zygotes."""
+    monkeypatch.setattr(sandbox, "CLOSE_ZYGOTES_AFTER_BATCH", close)
+    sandbox.stop_zygotes()
+    grade_many([_solved(tmp_path)] * 2, DIMS, limits=FAST, jobs=2, seed=1)
+    kept = {z.proc.pid for z in sandbox._idle}
+    assert (kept == set()) if close else (len(kept) in (1, 2))
+    reps = grade_many([_solved(tmp_path)] * 2, DIMS, limits=FAST, jobs=2, seed=2)
+    assert all(r.score == r.max_score for r in reps), reports.details(reps[0])
+    if not close:
+        assert {z.proc.pid for z in sandbox._idle} & kept, "the second batch started new zygotes"
+
+
 def test_the_zygote_is_single_threaded_when_it_forks():
     z = sandbox._take_zygote(60)
     assert z is not None

@@ -5,11 +5,19 @@ dark when the reader's system asks for dark colours, and axe-core (WCAG 2 A/AA) 
 serious problem in either colour mode. Each page is opened once for all of these, in the
 order of CHECKS below.
 
-Every other page is checked here; the rest by the same tests in tests/test_site_pages_2.py,
-so that under ``make test`` (``--dist loadfile``) the two workers share the pages.
+Every other page of PAGES is checked here; the rest by the same tests in
+tests/test_site_pages_2.py, so that under ``make test`` (``--dist loadfile``) the two workers
+share the pages.
+
+PAGES: ``make test`` checks the pages of SAMPLE, one of each kind of page the site has;
+``MHA_SITE_PAGES=all`` checks every page of the table of contents, as CI does (.ci/run). The
+sweep of every page costs about 80 s of CPU, a seventh of ``make test``, to repeat on pages
+of the same kinds the checks that SAMPLE already runs.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -18,8 +26,18 @@ from conftest import ARTIFACTS
 from test_site import PAGES as TOC_PAGES
 
 ALL_PAGES = [f"{page}.html" for page in TOC_PAGES]
+# One page of each kind: attention explorers and figures (01), the longest code and maths
+# (08), wide tables and timing plots (09), Triton kernels and the cells skipped without
+# them (14), the home page, and a page of prose, commands and downloads (how-to-use).
+SAMPLE = ["book/intro.html", "book/how-to-use.html", "lessons/01-one-head.html", "lessons/08-gradients.html",
+          "lessons/09-cost-of-attention.html", "lessons/14-flash-attention-in-triton.html"]
+SWEEP = os.environ.get("MHA_SITE_PAGES", "sample")
+if SWEEP not in ("sample", "all"):
+    raise ValueError(f"MHA_SITE_PAGES must be 'sample' (the default) or 'all', got {SWEEP!r}")
+PAGES = ALL_PAGES if SWEEP == "all" else SAMPLE
 PHONE = 390
-HERE = ALL_PAGES[0::2]  # the other half: tests/test_site_pages_2.py
+HERE = PAGES[0::2]  # the other half: tests/test_site_pages_2.py
+
 
 
 def opened(request, tab, site_url):

@@ -405,7 +405,8 @@ def grade_many(paths, exercises=None, *, limits=None, jobs: int = 2, seed: int |
             return list(pool.map(one, paths, names))
     finally:
         torch.set_num_threads(threads)
-        sandbox.stop_zygotes()
+        if sandbox.CLOSE_ZYGOTES_AFTER_BATCH:
+            sandbox.stop_zygotes()
         if os.environ.get("MHA_GRADER_KEEP"):
             import sys
 

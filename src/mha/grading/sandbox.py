@@ -470,6 +470,10 @@ class _ZygoteChild:
 
 
 STARTS = {"zygote": 0, "fresh": 0}  # workers forked by a zygote, workers started afresh
+# Whether the end of a batch (grader.grade_many) closes the idle zygotes. A process that
+# grades batch after batch, as the test suite does, keeps them for the next: starting one
+# imports torch, about a second of CPU. They are closed when the process exits either way.
+CLOSE_ZYGOTES_AFTER_BATCH = True
 _idle: list[_Zygote] = []
 _busy: set = set()
 _lock = threading.Lock()
