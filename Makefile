@@ -66,19 +66,26 @@ seeds: $(STAMP)
 # their time limit are named at the end (tests/conftest.py), and the per-lesson execution
 # times are in _build/artifacts/execution-times.txt. The browser's per-page checks run on a
 # sample, one page of each kind; MHA_SITE_PAGES=all make test checks every page, as CI does.
+# The grader's own tests (tests/test_the_tests.py) are left out: `make test-the-tests` runs them,
+# and CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -n 2 --dist loadfile --no-loadscope-reorder --durations=10
+	$(BIN)/python -m pytest tests -n 2 --dist loadfile --no-loadscope-reorder --durations=10 \
+	  --ignore=tests/test_the_tests.py
 
 # Everything but the tests that need the built website (tests/conftest.py marks them
 # "site"): a quick run while editing src/.
 test-lib: $(STAMP)
 	$(BIN)/python -m pytest tests -n 2 -m "not site"
 
-# The grader's own tests (tests/test_the_tests.py) on 400 hidden draws of every exercise instead
-# of the 5 that `make test` runs: every correct answer full marks, every listed mistake and
-# held-out wrong answer a loss, on every draw. Minutes; .ci/run calls it after `make test`.
+# The grader's own tests (tests/test_the_tests.py): every correct answer written in other
+# styles gets full marks, every listed mistake and held-out wrong answer loses points, on 400
+# hidden draws of every exercise (25 for the kernel exercises, in Triton's interpreter), and
+# check agrees with the sandboxed grader. Minutes; CI runs it after `make test`. A quick look
+# while writing an exercise: make test-the-tests TEST_SEEDS=5 KERNEL_TEST_SEEDS=2 (under a minute).
+TEST_SEEDS        ?= 400
+KERNEL_TEST_SEEDS ?= 25
 test-the-tests: $(STAMP)
-	MHA_TEST_SEEDS=400 MHA_KERNEL_TEST_SEEDS=25 $(BIN)/python -m pytest tests/test_the_tests.py -n 2 -p no:cacheprovider
+	MHA_TEST_SEEDS=$(TEST_SEEDS) MHA_KERNEL_TEST_SEEDS=$(KERNEL_TEST_SEEDS) $(BIN)/python -m pytest tests/test_the_tests.py -n 2 -p no:cacheprovider
 
 # The Triton kernels of lesson 14 at the lengths a GPU reaches (T = 4096 to 16384), and their
 # peak memory against SDPA's; on a machine without a CUDA GPU every test is skipped. `make

@@ -177,7 +177,7 @@ def uses_site(item) -> bool:
 # pages, then the short ones (the same order shares them out evenly whether the pages are
 # a sample, as in `make test`, or all of them: tests/test_site_pages.py).
 FIRST = ["test_student_path.py"]  # 60, once the site is built
-LONGEST_FIRST = ["test_the_tests.py",  # 35
+LONGEST_FIRST = ["test_the_tests.py",  # 35 (not in `make test`: make test-the-tests)
                  "test_grader.py", "test_exercises_notebooks.py", "test_grader_speed.py"]  # 10-15
 SITE_FILES_LONGEST_FIRST = ["test_site_browser.py",  # 20
                             "test_site_pages.py", "test_site_pages_2.py",  # 10 and 10; 45 and 35 for all pages

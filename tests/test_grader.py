@@ -368,8 +368,13 @@ def test_command_line_rejects_bad_arguments(tmp_path):
     assert r.returncode == 2 and "is given twice" in r.stderr
     r = run("grade", str(tmp_path / "x.py"), "--only", "dims", "--roster", str(tmp_path / "none.csv"))
     assert r.returncode == 2 and "--roster" in r.stderr and "cannot read it" in r.stderr
+    # An output that cannot be written is named before any grading (nothing graded, no table).
     r = run("grade", str(tmp_path / "x.py"), "--only", "dims.split_heads", "--json", str(tmp_path / "x.py" / "g.json"))
-    assert r.returncode == 2 and "--json" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "--json" in r.stderr and "is a file, not a folder" in r.stderr and r.stdout == ""
+    r = run("grade", str(tmp_path / "x.py"), "--csv", str(tmp_path))
+    assert r.returncode == 2 and "--csv" in r.stderr and "is a folder" in r.stderr and r.stdout == ""
+    r = run("grade", str(tmp_path / "x.py"), "--report", str(tmp_path / "x.py"))
+    assert r.returncode == 2 and "--report" in r.stderr and "not a folder" in r.stderr and r.stdout == ""
 
 
 def test_two_submissions_of_one_name_get_a_name_each_and_a_gradescope_file_each(tmp_path):

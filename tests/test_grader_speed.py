@@ -66,12 +66,6 @@ def _solved(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(autouse=True)
-def _no_zygote_left():
-    yield
-    sandbox.stop_zygotes()
-
-
 def test_workers_are_forked_from_a_zygote_and_get_full_marks(tmp_path):
     before = dict(sandbox.STARTS)
     reps = grade_many([_solved(tmp_path)] * 4, DIMS, limits=FAST, jobs=2, seed=1)

@@ -39,7 +39,6 @@ PHONE = 390
 HERE = PAGES[0::2]  # the other half: tests/test_site_pages_2.py
 
 
-
 def opened(request, tab, site_url):
     """The page ``request.param``, opened afresh (Tab.open_afresh) in the test process's
     tab, once for every test of its module (pytest runs them together)."""

@@ -18,11 +18,12 @@ trapped, arguments watched, operations recorded where the exercise audits them):
   listed mistake and every held-out answer: in-process for all of them, and through the
   real sandboxed grader for every answer that has source code.
 
-``MHA_TEST_SEEDS`` sets the number of hidden draws: 5 by default, what ``make test`` runs in
-about 40 s of one worker, a quick look; ``make test-the-tests`` runs 400, and CI runs it after
-``make test``. The answers to the kernel exercises run in Triton's interpreter, a few
-milliseconds a call: they are judged on the first ``MHA_KERNEL_TEST_SEEDS`` of those draws
-(default 2, 25 in ``make test-the-tests``); their listed mistakes, plain torch, on all of them.
+``MHA_TEST_SEEDS`` sets the number of hidden draws: 5 by default, a quick look (about 45 s
+of CPU, mostly the agreement with the grader, which does not depend on the draws); ``make
+test-the-tests`` runs 400, and CI runs it after ``make test``, which leaves this file out. The
+answers to the kernel exercises run in Triton's interpreter, a few milliseconds a call: they
+are judged on the first ``MHA_KERNEL_TEST_SEEDS`` of those draws (default 2, 25 in ``make
+test-the-tests``); their listed mistakes, plain torch, on all of them.
 """
 
 from __future__ import annotations

@@ -158,6 +158,25 @@ def _submissions(args, own_files) -> tuple[list, list[str]] | str:
     return kept, said
 
 
+def _cannot_write(target: str, folder: bool) -> str | None:
+    """Why ``target`` (a file, or a ``folder`` to make) cannot be written, or None. The first
+    part of its path that exists must be a folder this user may write in."""
+    import os
+    from pathlib import Path
+
+    path = Path(target)
+    if path.exists():
+        if path.is_dir() != folder:
+            return "is a folder" if path.is_dir() else "is a file, not a folder"
+        return None if os.access(path, os.W_OK) else "cannot write to it"
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, not a folder"
+    return None if os.access(parent, os.W_OK | os.X_OK) else f"cannot write in {parent}"
+
+
 def _grade(args) -> int:
     from pathlib import Path
 
@@ -168,6 +187,12 @@ def _grade(args) -> int:
     if args.jobs < 1:
         print(f"mha grade: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
         return 2
+    for option, target, folder in [("--json", args.json, False), ("--csv", args.csv, False),
+                                   ("--gradescope", args.gradescope, True), ("--report", args.report, True)]:
+        why = _cannot_write(target, folder) if target else None
+        if why:  # said now, not after the grading
+            print(f"mha grade: {option} {target}: {why}", file=sys.stderr)
+            return 2
 
     # After the checks that need nothing of the course: these import torch (a second or two).
     from mha.exercises import ExerciseFileError, load_exercises, select
