@@ -29,8 +29,7 @@ from pathlib import Path
 import pytest
 
 from mha.exercises import get
-from mha.exercises._core import FORBIDDEN_CALL
-from mha.exercises.feedback import call_outcome, traps_of
+from mha.autograde import FORBIDDEN_CALL, call_outcome, traps_of
 from mha.grading import classreport, classstats
 from synthetic_class import EXERCISE_IDS, PLANTED, answer_pool, make_class, write_roster
 
@@ -163,8 +162,7 @@ def test_the_counts_on_the_page_equal_the_counts_in_the_json_report(graded):
             key = f"{scope}|{exercise_id}|"
             statuses = Counter(a["status"] for a in answers)
             wrong = [a for a in answers if a["status"] == "graded" and a["score"] < a["max_score"]]
-            unexplained = [a for a in wrong if not any(not c["passed"] and (c["mistake"] or c["explained"])
-                                                       for c in a["checks"])]
+            unexplained = [a for a in wrong if not any(c["kind"] in ("mistake", "diagnosis") for c in a["checks"])]
             calls = sum(any(c["message"].startswith(FORBIDDEN_CALL) for c in a["checks"]) for a in answers)
             expected = {"students": len(answers), "full marks": sum(a["score"] == points[exercise_id] for a in answers),
                         "graded": statuses["graded"], "wrong": len(wrong), "unexplained": len(unexplained),
@@ -409,8 +407,8 @@ def test_a_submission_in_two_runs_is_an_error_naming_both_files_unless_replace(g
     ("not json", "is not a grades file of mha grade --json (not JSON"),
     (json.dumps({"exercises": [], "submissions": []}), "was written by an older version of mha grade"),
     (json.dumps({"format": "mha-grades", "version": 99, "exercises": [], "submissions": []}),
-     "was written by another version of mha grade (format version 99; this one reads 2)"),
-    (json.dumps({"format": "mha-grades", "version": 2, "exercises": [], "submissions": [{"student": "x"}]}),
+     "was written by another version of mha grade (format version 99; this one reads 3)"),
+    (json.dumps({"format": "mha-grades", "version": 3, "exercises": [], "submissions": [{"student": "x"}]}),
      "is damaged"),
 ])
 def test_mha_report_refuses_a_file_it_cannot_use_and_says_why(tmp_path, content, message):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mha.exercises import EXERCISES, Case, check, get, select
-from mha.exercises.feedback import call_outcome, traps_of
+from mha.autograde import NO_KERNEL, Case, call_outcome, traps_of
+from mha.exercises import EXERCISES, check, get, select
 from mha.grading import extract
 from mha.notebooks import solution_blocks
 
@@ -37,9 +37,10 @@ def model_answer(ex):
 @pytest.mark.parametrize("exercise_id", IDS)
 def test_every_exercise_asks_for_its_references_signature(exercise_id):
     ex = get(exercise_id)
-    module, function = ex.id.split(".")
-    assert ex in importlib.import_module(f"mha.exercises.{module}").EXERCISES
-    assert function == ex.function, "ids are <module>.<function>"
+    lesson_module = "lesson" + ex.lesson.replace("-", "_")
+    assert ex in importlib.import_module(f"mha.exercises.{lesson_module}").EXERCISES, (
+        f"{ex.id} is not in mha/exercises/{lesson_module}.py, the file of its lesson")
+    assert ex.id.split(".")[1] == ex.function, "ids are <topic>.<function>"
     assert ex.function.isidentifier()
     ref = [p.name for p in inspect.signature(ex.reference).parameters.values()
            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -77,8 +78,6 @@ def test_exercise_ids_functions_and_public_seeds_are_unique():
 def test_reference_passes_public_and_hidden_checks(exercise_id, seed):
     """The model answer passes; so does the reference, but for a kernel exercise, where the
     plain-torch reference has the right values and loses every check for launching no kernel."""
-    from mha.exercises._core import NO_KERNEL
-
     ex = get(exercise_id)
     answer = model_answer(ex)
     for case in ex.public_cases() + ex.hidden_cases(seed):
@@ -363,7 +362,7 @@ def test_every_lesson_solution_is_marked_for_the_student_notebook(lesson):
 def test_ordinary_attributes_named_modules_or_compile_are_not_dynamic_lookups():
     import ast
 
-    from mha.exercises._core import forbidden_uses
+    from mha.autograde import forbidden_uses
 
     banned = ("mha", "torch.nn.functional.scaled_dot_product_attention")
     honest = ("def f(layer, x):\n    n = len(list(layer.modules()))\n    g = torch.compile(torch.exp)\n"
@@ -382,7 +381,7 @@ def test_a_message_naming_a_forbidden_function_is_not_a_use():
     need it, still counts."""
     import ast
 
-    from mha.exercises._core import forbidden_uses
+    from mha.autograde import forbidden_uses
 
     banned = ("torch.nn.functional.scaled_dot_product_attention", "torch.softmax", "torch.nn.attention")
     honest = [
@@ -448,8 +447,8 @@ def test_a_statement_may_let_an_argument_change():
 def test_a_tensor_left_on_another_device_fails():
     from dataclasses import replace
 
+    from mha.autograde.model import plain
     from mha.exercises import Outcome
-    from mha.exercises._core import plain
 
     ex = get("onehead.stable_softmax")
     case = ex.public_cases()[0]
@@ -459,17 +458,17 @@ def test_a_tensor_left_on_another_device_fails():
 
 
 def test_hidden_verdicts_say_nothing_of_the_inputs_values(capsys):
-    """The neutral message (what the grader shows) carries no number of the case; the message
+    """The grader's message carries no number of the case; the message
     check prints for a public case adds them."""
     ex = get("cost.cross_layer_flops")
     case = ex.hidden_cases(5)[0]
     verdict = ex.judge(case, call_outcome(lambda B, T, S, C, h: 7, case))
-    assert verdict.neutral == verdict.message and verdict.message.startswith("wrong value")
+    assert verdict.grader_message == verdict.message and verdict.message.startswith("wrong value")
     numbers = {str(a) for a in case.args} | {f"{ex.reference(*case.args):,}", str(ex.reference(*case.args))}
     assert not any(re.search(rf"\b{re.escape(n)}\b", verdict.message) for n in numbers), verdict.message
     public = ex.public_cases()[0]
     shown = ex.judge(public, call_outcome(lambda B, T, S, C, h: 7, public))
-    assert shown.neutral.startswith("wrong value") and shown.message.startswith("wrong value: expected")
+    assert shown.grader_message.startswith("wrong value") and shown.message.startswith("wrong value: expected")
 
 
 # ----------------------------------------------------------------------------- names, raised errors, predictions
@@ -477,13 +476,31 @@ def test_hidden_verdicts_say_nothing_of_the_inputs_values(capsys):
 def test_every_course_mistake_has_a_short_name_of_its_own():
     """Every listed mistake of the course has a name (check shows it with the hint, and the class
     report counts the mistake by it), unique within its exercise."""
-    from mha.exercises._core import NAME
+    from mha.autograde.model import NAME
 
     for ex in EXERCISES.values():
         names = [m.name for m in ex.mistakes]
         assert all(names), f"{ex.id}: a mistake without a name: give every Mistake name='...'"
         assert len(set(names)) == len(names), f"{ex.id}: two mistakes share a name: {names}"
         assert all(NAME.fullmatch(n) for n in names), f"{ex.id}: {names}"
+
+
+def test_every_course_mistake_names_a_heading_of_the_course_that_teaches_it():
+    """The class report links each listed mistake to the section that teaches its point: the
+    mistake's own ``section``, else its exercise's. Each must be a heading of a lesson, as the
+    lesson's source writes it (tests/test_report_links.py checks the built pages' ids too)."""
+    from mha.autograde import sections
+
+    headings: dict[str, set[str]] = {}
+    for ex in EXERCISES.values():
+        for k, m in enumerate(ex.mistakes):
+            key = sections.taught(ex, k)
+            assert key, f"{ex.id}: mistake {m.name!r} names no section, nor does its exercise: give section="
+            lesson, _, anchor = key.partition("#")
+            if lesson not in headings:
+                text = (ROOT / "lessons" / f"{lesson}.md").read_text()
+                headings[lesson] = {sections.anchor(h) for h in re.findall(r"^#{1,6} (.+)$", text, re.M)}
+            assert anchor in headings[lesson], f"{ex.id}: mistake {m.name!r} links to {key}, not a heading of {lesson}"
 
 
 def test_check_shows_the_name_of_the_mistake_it_recognises(capsys):
@@ -561,13 +578,14 @@ def test_every_part_of_the_course_has_a_prediction():
 def test_a_public_raise_case_is_settled_by_the_public_value_cases_alone():
     """check sees the public cases only; the grader must give a public raise case the same
     verdict whatever the hidden draw, even one where a wrong answer happens to be right."""
-    from mha.exercises._core import Verdict, settle
+    from mha.autograde import Kind, Verdict
+    from mha.autograde.judge import apply_raise_rule
 
     cases = [Case((1,)), Case((2,), raises="ValueError"), Case((3,), hidden=True), Case((4,), hidden=True, raises="ValueError")]
-    verdicts = [Verdict(False, "wrong values"), Verdict(True, "raises ValueError", False, True),
-                Verdict(True, "correct", True), Verdict(True, "raises ValueError", True, True)]
-    public_raise, hidden_raise = settle(cases, verdicts)[1], settle(cases, verdicts)[3]
-    assert not public_raise.passed and "counts once" in public_raise.message
+    verdicts = [Verdict(False, "wrong values", kind=Kind.WRONG), Verdict(True, "raises ValueError", raises=True),
+                Verdict(True, "correct", hidden=True), Verdict(True, "raises ValueError", hidden=True, raises=True)]
+    public_raise, hidden_raise = apply_raise_rule(cases, verdicts)[1], apply_raise_rule(cases, verdicts)[3]
+    assert not public_raise.passed and "counts once" in public_raise.message and public_raise.kind is Kind.PENDING
     assert hidden_raise.passed
     verdicts[0] = Verdict(True, "correct")
-    assert settle(cases, verdicts)[1].passed
+    assert apply_raise_rule(cases, verdicts)[1].passed

@@ -152,7 +152,7 @@ def test_every_hidden_draw_catches_a_view_of_a_non_contiguous_input():
     when both non-contiguous draws had d = 1)."""
     import torch
 
-    from mha.grading.plain import noncontiguous
+    from mha.autograde.wire import noncontiguous
 
     ns = {"torch": torch}
     exec(VIEWS, ns)
@@ -310,7 +310,7 @@ def test_pruning_keeps_only_what_the_functions_need():
 def test_arrays_cross_as_raw_bytes_and_come_back_equal():
     import numpy as np
 
-    from mha.grading.plain import pack, unpack
+    from mha.autograde.wire import pack, unpack
 
     arrays = {"a0": np.arange(6, dtype=np.float32).reshape(2, 3), "a1": np.zeros((0, 4)),
               "a2": np.array(True), "a3": np.arange(5, dtype=np.int64)[::2], "a4": np.ones(3, np.float16)}
@@ -333,7 +333,7 @@ def test_arrays_cross_as_raw_bytes_and_come_back_equal():
     [["a0", "float32", [1] * 40, 0]],                          # too many dimensions
 ])
 def test_a_forged_array_index_is_refused(index):
-    from mha.grading.plain import MalformedResult, unpack
+    from mha.autograde.wire import MalformedResult, unpack
 
     with pytest.raises(MalformedResult):
         unpack(index, bytes(12))

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from mha.exercises import get
-from mha.exercises._core import forbidden_uses
-from mha.exercises.grads import EXERCISES, NO_AUTOGRAD
+from mha.autograde import forbidden_uses
+from mha.exercises.lesson08_gradients import EXERCISES, NO_AUTOGRAD
 from mha.grading.grader import _traps
-from mha.grading.worker import ForbiddenCall, restore, set_traps
+from mha.autograde.calls import ForbiddenCall, restore, set_traps
 
 IDS = [ex.id for ex in EXERCISES]
 

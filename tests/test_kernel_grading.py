@@ -20,9 +20,9 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from mha import _calls, _plain  # noqa: E402
+from mha.autograde import calls, wire  # noqa: E402
 from mha.exercises import check, get, select  # noqa: E402
-from mha.exercises._core import NO_KERNEL  # noqa: E402
+from mha.autograde import NO_KERNEL  # noqa: E402
 from mha.grading.grader import grade_many  # noqa: E402
 from mha.grading.sandbox import Limits  # noqa: E402
 
@@ -89,7 +89,7 @@ def test_a_kernel_gets_full_marks_and_its_masking_bug_loses_them_with_the_hint(t
     exec(compile(PLAIN_TORCH, str(plain), "exec"), namespace)
     result = check("kernels.row_softmax", namespace["row_softmax"])
     assert result.score == 0 and result.passed == 0
-    assert [v.neutral for v in result.verdicts] == [c.message for c in torch_only.checks if not c.hidden]
+    assert [v.grader_message for v in result.verdicts] == [c.message for c in torch_only.checks if not c.hidden]
 
 
 def test_a_lane_past_the_tensors_is_stopped_and_named_the_same_way_by_check_and_the_grader(tmp_path):
@@ -104,6 +104,7 @@ def test_a_lane_past_the_tensors_is_stopped_and_named_the_same_way_by_check_and_
     exercise = select(["kernels.row_softmax"])
     (graded,) = grade_many([path], exercise, limits=Limits(exercise_s=60, submission_s=120), jobs=1)
     (e,) = graded.exercises
+    assert e.status == "graded" and e.checks, (e.status, e.message)
     assert e.score == 0 and all("points past the end of a tensor" in c.message for c in e.checks), [c.message for c in e.checks]
     assert all("offs < n (not offs <= n)" in c.message for c in e.checks)
 
@@ -111,7 +112,7 @@ def test_a_lane_past_the_tensors_is_stopped_and_named_the_same_way_by_check_and_
     exec(compile(source, str(path), "exec"), namespace)
     result = check("kernels.row_softmax", namespace["row_softmax"])
     assert result.score == 0
-    assert [v.neutral for v in result.verdicts] == [c.message for c in e.checks if not c.hidden]
+    assert [v.grader_message for v in result.verdicts] == [c.message for c in e.checks if not c.hidden]
 
 
 def test_bounds_checked_stops_a_stray_lane_and_lets_a_view_read_its_own_storage():
@@ -127,8 +128,8 @@ def test_bounds_checked_stops_a_stray_lane_and_lets_a_view_read_its_own_storage(
             _double_kernel[(1,)](torch.randn(8), out, 8, BLOCK=8)       # 3 lanes past out
     assert "create_masked_load" not in vars(triton.runtime.interpreter.interpreter_builder)   # restored
     meta = torch.empty(5, device="meta")
-    assert _calls._extents([x, (out, 3), meta]) is None          # a tensor not in this process's memory: no check
-    assert _calls._extents([x, (out, 3)]) == [(x.data_ptr(), x.data_ptr() + 20), (out.data_ptr(), out.data_ptr() + 20)]
+    assert calls._extents([x, (out, 3), meta]) is None          # a tensor not in this process's memory: no check
+    assert calls._extents([x, (out, 3)]) == [(x.data_ptr(), x.data_ptr() + 20), (out.data_ptr(), out.data_ptr() + 20)]
 
 
 # ----------------------------------------------------------------------------- the launch counter
@@ -140,7 +141,7 @@ def _double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _launches(fn, *args) -> dict:
-    return _calls.run_case(fn, list(args), plain=_plain, arrays={}, launches=True)
+    return calls.run_case(fn, list(args), plain=wire, arrays={}, launches=True)
 
 
 def test_the_call_counts_the_kernels_it_launches_and_nothing_else():
@@ -167,7 +168,7 @@ def test_the_call_counts_the_kernels_it_launches_and_nothing_else():
     assert _launches(warms_up_only, x)["launches"] == 0
     record = _launches(launches_then_fails, x)
     assert record["s"] == "raised" and record["launches"] == 1
-    assert "launches" not in _calls.run_case(twice, [x], plain=_plain, arrays={})   # not asked: not counted
+    assert "launches" not in calls.run_case(twice, [x], plain=wire, arrays={})   # not asked: not counted
     assert GridExecutor.__dict__["__call__"] is launcher   # the launch point is given back after each call
 
 
@@ -196,9 +197,9 @@ def test_a_launch_compiled_for_a_gpu_is_counted_and_a_warmup_is_not(monkeypatch)
 def test_a_kernel_exercise_judges_the_count():
     ex = get("kernels.row_lse")
     case = ex.public_cases()[0]
-    outcome = _calls.run_case(ex.model_answer(), list(case.args), plain=_plain, arrays={}, launches=True)
+    outcome = calls.run_case(ex.model_answer(), list(case.args), plain=wire, arrays={}, launches=True)
     assert outcome["launches"] >= 1
-    from mha.exercises.feedback import call_outcome
+    from mha.autograde import call_outcome
 
     assert ex.judge(case, call_outcome(ex.model_answer(), case, launches=True)).passed
     no_count = call_outcome(ex.model_answer(), case)          # a record without a count fails closed

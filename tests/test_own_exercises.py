@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mha.exercises import EXERCISES, ExerciseFileError, check, load_exercises
-from mha.exercises._load import LOADED, unregister
+from mha.autograde import LOADED, unregister
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "book" / "examples" / "entropy_exercises.py"
@@ -147,7 +147,7 @@ def test_a_file_that_fails_its_checks_is_refused_with_what_failed(what, tmp_path
 def test_wrong_argument_counts_are_found_before_any_check_runs(tmp_path, forget, monkeypatch):
     """A field error in a file's last exercise is reported without first running the slow
     checks of the others."""
-    import mha.exercises._load as load
+    import mha.autograde.instructor as load
 
     text = EXAMPLE.read_text()
     text += ('\nimport dataclasses\nSECOND = dataclasses.replace(ENTROPY, id="entropy.second", '

@@ -39,9 +39,10 @@ import pytest
 import torch
 
 from alternatives import load as load_alternatives
+from agreement import agreement_problems, disagreements, grader_static
+from mha.autograde import NO_KERNEL, Case, call_outcome, score_verdicts, traps_of
+from mha.autograde.check import forbidden_in
 from mha.exercises import EXERCISES, get, select
-from mha.exercises._core import Case, settle
-from mha.exercises.feedback import call_outcome, traps_of
 from mha.grading.answer_key import source_chunks
 
 SEEDS = range(int(os.environ.get("MHA_TEST_SEEDS", "5")))
@@ -132,7 +133,7 @@ def test_every_alternative_belongs_to_an_exercise():
 def _forbids_a_shortcut(exercise_id) -> bool:
     """Whether the exercise forbids a function that computes (part of) its answer: anything
     but the course package and the attention layers forbidden everywhere in the early lessons."""
-    from mha.exercises.heads import NO_MHA
+    from mha.exercises.common import NO_MHA
 
     return any(f not in NO_MHA for f in get(exercise_id).forbidden)
 
@@ -176,12 +177,10 @@ def test_alternatives_are_not_copies_of_the_reference_or_of_each_other(exercise_
 def test_the_forbidden_use_checks_accept_the_reference_and_every_correct_answer(exercise_id):
     """Neither the grader's static check (on the source it would keep of a submission) nor
     check's refuses the reference, the model answer or a correct alternative."""
-    from mha.exercises.feedback import _forbidden_in
-
     ex = get(exercise_id)
     for fn in [ex.reference] + ([model_answer(ex)] if ex.model else []) + CORRECT.get(exercise_id, []):
-        assert _grader_static(ex, fn) is None, f"{exercise_id}: the grader refuses {fn.__name__}"
-        assert _forbidden_in(fn, ex) == [], f"{exercise_id}: check refuses {fn.__name__}"
+        assert grader_static(ex, fn) is None, f"{exercise_id}: the grader refuses {fn.__name__}"
+        assert forbidden_in(fn, ex) == [], f"{exercise_id}: check refuses {fn.__name__}"
 
 
 # ----------------------------------------------------------------------------- full marks
@@ -233,11 +232,9 @@ def test_every_mistake_loses_points_on_every_hidden_draw_with_its_hint(exercise_
 def test_every_held_out_wrong_answer_and_shortcut_loses_points_on_every_draw(exercise_id):
     """What the grader runs in one grading (the public checks and one hidden draw), for every
     draw: each wrong answer must lose a point in every one of them."""
-    from mha.exercises.feedback import _forbidden_in
-
     ex = get(exercise_id)
     answers = [(fn.__name__, fn) for fn in WRONG.get(exercise_id, []) + FORBIDDEN.get(exercise_id, [])
-               if not _forbidden_in(fn, ex)]      # a shortcut the static check refuses scores 0 anyway
+               if not forbidden_in(fn, ex)]      # a shortcut the static check refuses scores 0 anyway
     public = ex.public_cases()
     expected = [None if c.raises else ex.expected(c) for c in public]
     on_public = {name: [ex.judge(c, graded_call(ex, fn, c), expected=e, mistake_values=[])  # the same every draw
@@ -248,9 +245,9 @@ def test_every_held_out_wrong_answer_and_shortcut_loses_points_on_every_draw(exe
         keys = [None if c.raises else ex.expected(c) for c in hidden]
         for name, fn in answers:
             total += 1
-            verdicts = settle(public + hidden, on_public[name] + [
+            scored = score_verdicts(ex, public + hidden, on_public[name] + [
                 ex.judge(c, graded_call(ex, fn, c), expected=e, mistake_values=[]) for c, e in zip(hidden, keys)])
-            if all(v.passed for v in verdicts):
+            if scored.passed == scored.total:
                 failures.append(f"{name} gets full marks on hidden draw {seed}")
     assert not failures, report(failures, total, f"(wrong answer, draw) pairs of {exercise_id} get full marks")
 
@@ -262,8 +259,6 @@ def test_nearly_every_held_out_wrong_answer_gets_a_hint():
     """A wrong answer is told more than "wrong values": a listed mistake's hint, the exercise's own
     diagnosis, or what its value has in common with the right one. At most 10% of the held-out
     wrong answers, graded on the public checks and one hidden draw, fail with nothing more."""
-    from mha.exercises.feedback import _forbidden_in
-
     bare, total = [], 0
     for exercise_id, fns in WRONG.items():
         ex = get(exercise_id)
@@ -271,10 +266,10 @@ def test_nearly_every_held_out_wrong_answer_gets_a_hint():
             pytest.importorskip("mha.kernels")
         cases = ex.public_cases() + ex.hidden_cases(SEEDS[0])
         for fn in fns:
-            if _forbidden_in(fn, ex):
+            if forbidden_in(fn, ex):
                 continue
-            verdicts = settle(cases, [ex.judge(c, graded_call(ex, fn, c), reveal=False) for c in cases])
-            failed = [v.neutral.split(": ")[-1] if v.neutral.startswith("item ") else v.neutral
+            verdicts = score_verdicts(ex, cases, [ex.judge(c, graded_call(ex, fn, c), reveal=False) for c in cases]).verdicts
+            failed = [v.grader_message.split(": ")[-1] if v.grader_message.startswith("item ") else v.grader_message
                       for v in verdicts if not v.passed]
             total += 1
             if failed and all(BARE.fullmatch(m) for m in failed):
@@ -284,43 +279,6 @@ def test_nearly_every_held_out_wrong_answer_gets_a_hint():
 
 # ----------------------------------------------------------------------------- check = grader
 
-def _grader_in_process(ex, fn, cases, tmp_path):
-    """The grader's verdicts on ``cases`` without the sandbox: the worker's own call procedure
-    (mha/_calls.py as the worker loads it) writes the result files, and the grader reads and
-    judges them with its own functions."""
-    import json
-
-    from mha.grading import grader, worker
-
-    plain, calls = worker.load_plain(), worker.load_calls()
-    out_arrays: dict = {}
-    records = [calls.run_case(fn, [a.clone() if isinstance(a, torch.Tensor) else a for a in c.args], plain=plain,
-                              arrays=out_arrays, noncontiguous=c.noncontiguous, traps=grader._traps(ex),
-                              trace=ex.audit is not None, launches=ex.kernel) for c in cases]
-    index, data = plain.pack(out_arrays)
-    (tmp_path / "0.bin").write_bytes(data)
-    (tmp_path / "0.json").write_text(json.dumps({"results": records, "arrays": index}))
-    return grader._judge(ex, cases, tmp_path, 0)
-
-
-def _grader_static(ex, fn) -> str | None:
-    """What the grader's static check says of ``fn``'s source (as the grader extracts it from
-    a notebook), or None; None too for a function without source of its own (a lambda)."""
-    from mha.exercises._core import forbidden_uses
-    from mha.grading import extract
-
-    try:
-        source = "\n\n".join(text for _, text in source_chunks(fn, ex.function))
-    except (ValueError, OSError, TypeError):
-        return None
-    stmts, _ = extract.parse_cells([source])
-    info = extract.find_function(stmts, ex.function, ex.params)
-    if info.problem:
-        return info.problem
-    used = forbidden_uses(ast.Module(body=info.statements, type_ignores=[]), ex.forbidden)
-    return ", ".join(used) or None
-
-
 def _answers(exercise_id):
     ex = get(exercise_id)
     return ([("the reference", ex.reference)] + ([("the model answer", model_answer(ex))] if ex.model else [])
@@ -328,46 +286,12 @@ def _answers(exercise_id):
             + [(fn.__name__, fn) for kind in (CORRECT, WRONG, FORBIDDEN) for fn in kind.get(exercise_id, [])])
 
 
-def _disagreements(name, result, report_) -> list[str]:
-    """Where ``check``'s result and the grader's report of the same answer differ."""
-    if report_.status != "graded":   # refused before running: forbidden, wrong signature...
-        if result.score != 0 or not result.problems:
-            return [f"{name}: the grader refuses it ({report_.status}: {report_.message}) but check scores "
-                    f"{result.score} with no warning"]
-        return []
-    problems = []
-    public = [c for c in report_.checks if not c.hidden]
-    if len(public) != len(result.verdicts):
-        return [f"{name}: {len(public)} public checks in the grader, {len(result.verdicts)} in check"]
-    for k, (mine, theirs) in enumerate(zip(result.verdicts, public)):
-        if mine.passed != theirs.passed:
-            problems.append(f"{name}, public check {k + 1}: check says {'pass' if mine.passed else 'fail'} "
-                            f"({mine.neutral}), the grader {'pass' if theirs.passed else 'fail'} ({theirs.message})")
-        elif not mine.passed and mine.neutral != theirs.message:
-            problems.append(f"{name}, public check {k + 1}: check says {mine.neutral!r}, the grader {theirs.message!r}")
-    return problems
-
-
 @pytest.mark.parametrize("exercise_id", IDS)
 def test_check_and_the_grader_agree_on_every_tested_answer(exercise_id, tmp_path, capsys):
     """The reference, every listed mistake and every held-out answer: check's verdict on each
-    public check equals the grader's (pass or fail, and the same message)."""
-    from mha.exercises import check
-
-    ex = get(exercise_id)
-    cases = ex.public_cases()
-    problems = []
-    for name, fn in _answers(exercise_id):
-        result = check(exercise_id, fn)
-        graded = _grader_in_process(ex, fn, cases, tmp_path)
-        refused = _grader_static(ex, fn)
-        if refused:           # the grader refuses it before running it
-            graded.status, graded.message = "forbidden", refused
-        problems += _disagreements(name, result, graded)
-        out = capsys.readouterr().out
-        if re.search(r"all \d+ public checks pass", out) and not (
-                graded.status == "graded" and all(c.passed for c in graded.checks)):
-            problems.append(f"{name}: check prints that every public check passes, the grader disagrees")
+    public check equals the grader's (pass or fail, and the same message). ``make test`` asks
+    the same of one answer of each kind (tests/test_check_agrees_with_grader.py)."""
+    problems = agreement_problems(get(exercise_id), _answers(exercise_id), tmp_path, capsys)
     assert not problems, "\n".join(problems[:SHOWN])
 
 
@@ -400,7 +324,6 @@ def test_check_and_the_sandboxed_grader_agree_on_every_held_out_answer(tmp_path,
     plain-torch answer to a kernel exercise (its reference) gets nothing, and on every public
     check the grader and ``check`` agree."""
     from mha.exercises import check
-    from mha.exercises._core import NO_KERNEL
     from mha.grading import reports
     from mha.grading.grader import grade_many
     from mha.grading.sandbox import Limits
@@ -436,6 +359,6 @@ def test_check_and_the_sandboxed_grader_agree_on_every_held_out_answer(tmp_path,
             if kind == "no kernel" and (e.score != 0 or any(c.message != NO_KERNEL for c in e.checks)):
                 problems.append(f"{name} launches no kernel but gets {e.score}, or another message:\n"
                                 f"{reports.details(r)}")
-            problems += _disagreements(name, check(e.id, fn), e)
+            problems += disagreements(name, check(e.id, fn), e)
             capsys.readouterr()
     assert not problems, "\n".join(problems[:SHOWN])

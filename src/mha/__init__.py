@@ -16,7 +16,8 @@ One file per concept:
     plotting.py   figures for the lessons
     book.py       glue: computed values into a lesson's prose
     benchmark.py  `mha bench`: time and memory against torch.nn.MultiheadAttention
-    exercises/    the graded exercises and the in-notebook `check`
+    autograde/    the exercise format and the judge that `check` and `mha grade` share
+    exercises/    the course's graded exercises, one file per lesson
     notebooks.py  student notebooks (solutions stubbed) and the Sphinx extension linking them
     grading/      `mha grade`: the sandboxed batch grader, reports, Gradescope
     cli.py        the `mha` command

@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         return _report(args)
     if args.command == "assign":
-        from mha.exercises import ExerciseFileError, write_student_version
-        from mha.exercises._load import DRAWS
+        from mha.autograde import DRAWS, ExerciseFileError, write_student_version
 
         draws = DRAWS if args.draws is None else args.draws
         if draws < 1:
@@ -195,8 +194,7 @@ def _grade(args) -> int:
             return 2
 
     # After the checks that need nothing of the course: these import torch (a second or two).
-    from mha.exercises import ExerciseFileError, load_exercises, select
-    from mha.exercises._load import DRAWS
+    from mha.autograde import DRAWS, ExerciseFileError, load_exercises, select
     from mha.grading import grades, reports
     from mha.grading.grader import grade_many, unique_names
     from mha.grading.sandbox import Limits

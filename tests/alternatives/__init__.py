@@ -1,7 +1,8 @@
 """A held-out set of answers to every exercise: correct ones written differently from the
 references, classic wrong ones, and shortcuts through forbidden functions.
 
-One module per exercise module (``heads.py`` for ``mha.exercises.heads``, ...), each with
+One module per first part of the exercises' ids (``heads.py`` for ``heads.single_head``,
+``heads.batched_head`` and ``heads.multi_query_head``, ...), each with
 - ``CORRECT = {"<module>.<function>": [fn_a, fn_b, ...]}``: at least two correct answers per
   exercise, written differently from the reference and from each other (einsum, loops over
   heads, a float64 round trip, numpy, unbind/cat, ...);

@@ -6,8 +6,8 @@ import runpy
 
 import torch
 
-PATTERNS = ["/**/mha/exercises/dims.py", "/**/lessons/03-dimension-math.md", "/**/all_exercises.md",
-            "/**/site-packages/mha/exercises/dims.py"]
+PATTERNS = ["/**/mha/exercises/lesson03_dimension_math.py", "/**/lessons/03-dimension-math.md", "/**/all_exercises.md",
+            "/**/site-packages/mha/exercises/lesson03_dimension_math.py"]
 
 
 def split_heads(x, num_heads):

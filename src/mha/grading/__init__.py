@@ -1,10 +1,13 @@
 """The batch grader: student code runs in a separate, limited process; the trusted parent
-makes the inputs, computes the expected answers, compares and writes every report.
+makes the inputs, computes the expected answers, compares and writes every report. It judges
+with the exercise framework, :mod:`mha.autograde`, the same judge as ``check``.
 
-Modules: ``extract`` (read notebooks, keep what the exercises need), ``plain`` (the data
-that may cross back: the neutral ``mha._plain``, which the exercises use too), ``worker``
-(the sandboxed side), ``sandbox`` (starting and watching workers), ``grader`` (scoring),
-``reports`` (table, JSON, CSV, Gradescope), ``autograder`` (the Gradescope zip),
-``answer_key`` (every exercise solved by its model answer, as a lesson to grade). See
+Modules: ``extract`` (read notebooks, keep what the exercises need), ``worker`` (the sandboxed
+side), ``sandbox`` (starting and watching workers), ``grader`` (scoring), ``reports`` (table,
+JSON, CSV, Gradescope), ``autograder`` (the Gradescope zip), ``answer_key`` (every exercise
+solved by its model answer, as a lesson to grade); the class report: ``grades`` (a run's
+grades as one JSON document, read back and merged), ``classstats`` (its numbers, as plain
+data), ``classreport`` (the page, from ``templates/``), ``figures`` (its inline SVG),
+``anonymise`` (names out of code and text, pseudonyms) and ``roster`` (the class list). See
 book/grading.md.
 """

@@ -105,7 +105,7 @@ def answer_key_markdown(exercises=None) -> str:
     """A MyST lesson that solves ``exercises`` (default: all) with their model answers: the
     references, or for an exercise that asks for a Triton kernel, the kernel its ``model``
     names."""
-    from mha.exercises import select
+    from mha.autograde import select
 
     exercises = exercises or select()
     header = HEADER

@@ -55,8 +55,7 @@ def build_zip(out, *, only: list[str] | None = None, root: Path | None = None,
     """Write the autograder zip to ``out``; ``only`` restricts the exercises it grades;
     ``exercises`` are instructors' own exercise files (checked now, as ``mha grade
     --exercises`` does, and graded on Gradescope from ``exercises/`` in the zip)."""
-    from mha.exercises import load_exercises, select
-    from mha.exercises._load import unregister
+    from mha.autograde import load_exercises, select, unregister
 
     files = [Path(f) for f in exercises or []]
     names = [f.name for f in files]

@@ -35,8 +35,8 @@ QUINTILES = 5
 STATUSES = ("not attempted", "missing", "wrong signature", "forbidden", "timeout", "crashed", "unreadable")
 NOT_ON_ROSTER = "not on the roster"
 
-# The message of a check that reached a forbidden function begins so (mha.exercises._core).
-FORBIDDEN_CALL = "called a function graded code may not use"
+# The kinds of a check's verdict (mha.autograde.Kind) the report reads: the grades hold their words.
+MISTAKE, DIAGNOSIS, FORBIDDEN_CALL = "mistake", "diagnosis", "forbidden-call"
 
 
 # ----------------------------------------------------------------------------- the data
@@ -322,7 +322,7 @@ def _problems(r: _Row, groups: list[GroupStats], by_id: dict) -> list[str]:
 
 
 def _forbidden_call(a: dict) -> bool:
-    return any(not c["passed"] and c["message"].startswith(FORBIDDEN_CALL) for c in a["checks"])
+    return any(c["kind"] == FORBIDDEN_CALL for c in a["checks"])
 
 
 def _group(gid: str, ids: list[str], by_id: dict, rows: list[_Row]) -> GroupStats:
@@ -368,18 +368,19 @@ def quintiles(scores: list[float], totals: list[float], points: float, parts: in
     return out
 
 
-def hint_of(message: str) -> str:
-    """The hint a check's message ends with (see ``_core._with_hint``)."""
-    return message.split(". Hint: ", 1)[1] if ". Hint: " in message else message
-
-
 def _mistake_label(rec: dict) -> str:
     """A listed mistake's label: its short name where the grades carry one, else its key."""
-    return rec.get("name") or rec.get("mistake_name") or rec["key"]
+    return rec.get("name") or rec["key"]
 
 
-def _check_mistake(c: dict) -> str | None:
-    return c.get("mistake") or c.get("mistake_key") or None
+def _diagnoses(checks: list[dict]) -> set[str]:
+    """The hints of the diagnoses the failed ``checks`` got."""
+    return {c["hint"] for c in checks if c["kind"] == DIAGNOSIS}
+
+
+def _mistakes(checks: list[dict]) -> set[str]:
+    """The keys of the listed mistakes the failed ``checks`` make."""
+    return {c["mistake"] for c in checks if c["kind"] == MISTAKE and c["mistake"]}
 
 
 def _tally(answers: list[dict]) -> Tally:
@@ -396,8 +397,8 @@ def _tally(answers: list[dict]) -> Tally:
     t.forbidden_calls = sum(_forbidden_call(a) for a in graded)
     for a in wrong:
         failed = [c for c in a["checks"] if not c["passed"]]
-        names = {_check_mistake(c) for c in failed} - {None}
-        hints = {hint_of(c["message"]) for c in failed if c.get("explained")}
+        names = _mistakes(failed)
+        hints = _diagnoses(failed)
         t.mistakes.update(names)
         t.diagnoses.update(hints)
         t.unexplained += not names and not hints
@@ -477,9 +478,8 @@ def _answer_groups(e: dict, present: list[_Row], listed: dict,
         found = Counter()
         for _, a in members:
             failed = [c for c in a["checks"] if not c["passed"]]
-            found.update({_mistake_label(listed[m][1]) if m in listed else m
-                          for m in {_check_mistake(c) for c in failed} - {None}})
-            found.update("diagnosis" for c in failed if c.get("explained"))
+            found.update({_mistake_label(listed[m][1]) if m in listed else m for m in _mistakes(failed)})
+            found.update("diagnosis" for c in failed if c["kind"] == DIAGNOSIS)
         return [name for name, _ in found.most_common()]
 
     ranked = sorted(kinds.values(), key=lambda ms: (-len(ms), bool(labels(ms)), ms[0][0].key))
@@ -546,8 +546,8 @@ def _taught(stats: list[ExerciseStats], rows: list[_Row]) -> list[Taught]:
             if e is None or a["status"] != "graded":
                 continue
             failed = [c for c in a["checks"] if not c["passed"]]
-            keys = {_check_mistake(c) for c in failed} - {None}
-            hints = {hint_of(c["message"]) for c in failed if c.get("explained")}
+            keys = _mistakes(failed)
+            hints = _diagnoses(failed)
             for h in e.hints:
                 if h.taught is not None and ((h.kind == "mistake" and h.key in keys)
                                              or (h.kind == "diagnosis" and h.hint in hints)):

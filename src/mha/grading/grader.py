@@ -32,13 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mha.exercises import Exercise, Outcome, Verdict, select
-from mha.exercises._core import forbidden_uses, read_record, settle
-from mha.exercises.feedback import traps_of
+from mha.autograde import (EXERCISES, Exercise, Kind, MalformedResult, Outcome, Status, forbidden_uses, read_record,
+                           safe_error_name, score, select, traps_of)
+from mha.autograde.wire import encode, pack, unpack
 
 from . import extract, sandbox
 from .anonymise import anonymous_code, name_tokens
-from .plain import MalformedResult, encode, pack, unpack, validate
 
 MAX_RESULT_BYTES = 32 << 20
 
@@ -49,8 +48,9 @@ class CheckReport:
     passed: bool
     message: str
     hidden: bool
+    kind: Kind = Kind.CORRECT   # what kind of verdict: a listed mistake, a diagnosis, a forbidden call...
+    hint: str = ""              # the hint the message ends with, if any
     mistake: str | None = None  # the name of the listed mistake the answer makes here (Exercise.mistake_name)
-    explained: bool = False     # the message's hint comes from the exercise's own diagnosis (``explain``)
 
 
 @dataclass
@@ -60,7 +60,7 @@ class ExerciseReport:
     function: str
     score: float
     max_score: float
-    status: str        # graded, not attempted, missing, wrong signature, forbidden, timeout, crashed, unreadable
+    status: Status
     message: str = ""
     checks: list[CheckReport] = field(default_factory=list)
     seconds: float | None = None  # how long the submission's function ran on the checks (None: it did not run)
@@ -98,7 +98,7 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
                               files=list(sub.files))
     if sub.error:
         report.notes.append(sub.error)
-        report.exercises = [_zero(e, "unreadable", sub.error) for e in exercises]
+        report.exercises = [_zero(e, Status.UNREADABLE, sub.error) for e in exercises]
         report.seconds = round(time.monotonic() - t0, 2)
         return report
     stmts, notes = extract.parse_cells(sub.cells, sub.origins)
@@ -112,21 +112,19 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
     to_run: list[tuple[int, Exercise, list]] = []
     results: dict[int, ExerciseReport] = {}
     found: dict[int, list[ast.stmt]] = {}
-    from mha.exercises import EXERCISES
-
     taken = frozenset(e.function for e in EXERCISES.values())
     for i, ex in enumerate(exercises):
         info = extract.find_function(stmts, ex.function, ex.params, taken)
         found[i] = info.statements
         if not info.found:
-            results[i] = _zero(ex, "missing", info.problem)
+            results[i] = _zero(ex, Status.MISSING, info.problem)
             continue
         if info.problem:
-            results[i] = _zero(ex, "wrong signature", info.problem)
+            results[i] = _zero(ex, Status.WRONG_SIGNATURE, info.problem)
             continue
         used = forbidden_uses(ast.Module(body=info.statements, type_ignores=[]), ex.forbidden)
         if used:
-            results[i] = _zero(ex, "forbidden", f"{ex.function} uses {', '.join(used)}, which this exercise "
+            results[i] = _zero(ex, Status.FORBIDDEN, f"{ex.function} uses {', '.join(used)}, which this exercise "
                                f"does not allow: {ex.write_it}")
             continue
         cases = ex.public_cases() + ex.hidden_cases((seed + 7919 * (i + 1)) % (1 << 62))
@@ -150,7 +148,7 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
             for i, ex, cases in to_run:
                 status = run.status.get(i, "no result")
                 if status != "done":
-                    kind = "timeout" if "timed out" in status or "time limit" in status else "crashed"
+                    kind = Status.TIMEOUT if "timed out" in status or "time limit" in status else Status.CRASHED
                     results[i] = _zero(ex, kind, status)
                     results[i].seconds = run.seconds.get(i)
                     continue
@@ -163,7 +161,7 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
     tokens = name_tokens(sub.student, report.student)
     for i, ex in enumerate(exercises):  # the wrong answers' code, for the class report's answer groups
         r = results[i]
-        if r.status == "graded" and r.score < r.max_score and found.get(i):
+        if r.status == Status.GRADED and r.score < r.max_score and found.get(i):
             r.code = anonymous_code(found[i], tokens, keep={ex.function})
     report.exercises = [results[i] for i in range(len(exercises))]
     report.score = round(sum(e.score for e in report.exercises), 2)
@@ -171,7 +169,7 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
     return report
 
 
-def _zero(ex: Exercise, status: str, message: str) -> ExerciseReport:
+def _zero(ex: Exercise, status: Status, message: str) -> ExerciseReport:
     return ExerciseReport(ex.id, ex.title, ex.function, 0.0, float(ex.points), status, message)
 
 
@@ -232,7 +230,6 @@ def _safe_load_error(err: str) -> str:
     line, typ, msg = m.groups()
     if typ in ("ModuleNotFoundError", "ImportError") and re.fullmatch(r"No module named '[\w.]+'", msg):
         return f"statement {line} of the graded code raised {typ}: {msg}"
-    from mha.exercises._core import safe_error_name
     return f"statement {line} of the graded code raised {safe_error_name(typ, False)}"
 
 
@@ -280,23 +277,21 @@ def _judge(ex: Exercise, cases, out: Path, i: int) -> ExerciseReport:
         obj = _read_json(out / f"{i}.json")
         outcomes = _outcomes(obj, _read_arrays(obj, out / f"{i}.bin"), cases)
     except MalformedResult as e:
-        return _zero(ex, "unreadable", f"the result could not be read back ({e}); no points")
-    if all(o.status == "not-attempted" for o in outcomes):
-        return _zero(ex, "not attempted", f"{ex.function} still raises NotImplementedError")
-    if outcomes and all(o.status == "missing" for o in outcomes):
-        return _zero(ex, "missing", outcomes[0].reason)
-    verdicts = settle(cases, [ex.judge(c, o, reveal=False) for c, o in zip(cases, outcomes)])
+        return _zero(ex, Status.UNREADABLE, f"the result could not be read back ({e}); no points")
+    scored = score(ex, cases, outcomes, reveal=False)
+    if scored.status == Status.NOT_ATTEMPTED:
+        return _zero(ex, Status.NOT_ATTEMPTED, f"{ex.function} still raises NotImplementedError")
+    if scored.status == Status.MISSING:
+        return _zero(ex, Status.MISSING, outcomes[0].reason)
     checks = []
     n_public = sum(not c.hidden for c in cases)
-    for k, (case, v) in enumerate(zip(cases, verdicts)):
+    for k, (case, v) in enumerate(zip(cases, scored.verdicts)):
         name = (f"hidden check {k - n_public + 1}" if case.hidden else f"public check {k + 1}")
-        mistake = None if v.passed or v.mistake is None else ex.mistake_name(v.mistake)
-        checks.append(CheckReport(name, v.passed, "correct" if v.passed else v.neutral, case.hidden, mistake,
-                                  not v.passed and v.explained))
-    passed = sum(c.passed for c in checks)
-    score = round(ex.points * passed / len(checks), 2)
-    msg = f"{passed} of {len(checks)} checks pass"
-    return ExerciseReport(ex.id, ex.title, ex.function, score, float(ex.points), "graded", msg, checks)
+        mistake = None if v.mistake is None else ex.mistake_name(v.mistake)
+        checks.append(CheckReport(name, v.passed, "correct" if v.passed else v.grader_message, case.hidden,
+                                  v.kind, v.hint, mistake))
+    msg = f"{scored.passed} of {scored.total} checks pass"
+    return ExerciseReport(ex.id, ex.title, ex.function, scored.score, float(ex.points), Status.GRADED, msg, checks)
 
 
 # ----------------------------------------------------------------------------- many submissions
@@ -313,7 +308,7 @@ def _grade_or_report(path, exercises, **kwargs) -> SubmissionReport:
                               max_score=float(sum(e.points for e in exercises)))
     message = f"the grader failed on this submission ({error}); grade it again"
     report.notes.append(message)
-    report.exercises = [_zero(ex, "crashed", message) for ex in exercises]
+    report.exercises = [_zero(ex, Status.CRASHED, message) for ex in exercises]
     return report
 
 

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 FORMAT = "mha-grades"
-VERSION = 2
+VERSION = 3  # 3: every check records its kind and its hint
 
 
 class GradesError(ValueError):
@@ -27,60 +27,37 @@ class GradesError(ValueError):
 
 # ----------------------------------------------------------------------------- writing
 
-def document(reports, exercises, *, sections: dict | None = None) -> dict:
+def document(reports, exercises) -> dict:
     """The JSON document of a grading run: plain data only (it survives a round trip through
     JSON unchanged, so a report made from the file equals the one made while grading)."""
-    if sections is None:
-        from mha.exercises._sections import SECTIONS as sections
     doc = {"format": FORMAT, "version": VERSION,
            "graded": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
            "pseudonym_seed": secrets.token_hex(8),
-           "exercises": [exercise_record(e, sections) for e in exercises],
+           "exercises": [exercise_record(e) for e in exercises],
            "submissions": [{**r.as_dict(), "source": str(Path(r.path).resolve())} for r in reports]}
     return json.loads(json.dumps(doc))
 
 
-def exercise_record(ex, sections: dict) -> dict:
+def exercise_record(ex) -> dict:
     """What the report needs to know of an exercise, without loading it."""
-    from mha.exercises._sections import TITLES
+    from mha.autograde import sections  # here, not above: `mha report` reads grades without torch
 
     mistakes = []
     for k, m in enumerate(ex.mistakes):
-        section = m.section or sections.get((ex.id, k), "")
+        section = sections.taught(ex, k)
         mistakes.append({"key": ex.mistake_name(k), "name": m.name, "hint": m.hint, "section": section,
-                         "taught": taught_text(section, TITLES)})
-    diagnosis = _diagnosis_section(ex, mistakes, sections)
+                         "taught": sections.text(section)})
+    common = Counter(m["section"] for m in mistakes if m["section"]).most_common(1)
+    # the point of the exercise's own diagnoses: the section that teaches the exercise, else the
+    # section most of its mistakes name
+    diagnosis = sections.taught(ex) if ex.section else common[0][0] if common else ""
     try:
         notes = {f"public check {k + 1}": c.note for k, c in enumerate(ex.public_cases()) if c.note}
     except Exception:  # an exercise whose cases cannot be made here: no notes
         notes = {}
     return {"id": ex.id, "title": ex.title, "lesson": ex.lesson, "function": ex.function, "points": ex.points,
             "notes": notes, "mistakes": mistakes,
-            "diagnosis": {"section": diagnosis, "taught": taught_text(diagnosis, TITLES)}}
-
-
-def _diagnosis_section(ex, mistakes: list[dict], sections: dict) -> str:
-    """Where the point of an exercise's own diagnoses is taught: the section of its lesson
-    that teaches the exercise (that of its mistakes that are not exceptions, for the
-    course's exercises), else the section most of its mistakes name."""
-    from mha.exercises._sections import TAUGHT
-
-    exceptions = TAUGHT.get(ex.id, (None, {}))[1]
-    usual = [sections[ex.id, k] for k in range(len(mistakes)) if k not in exceptions and (ex.id, k) in sections]
-    if ex.id in TAUGHT and usual:
-        return usual[0]
-    common = Counter(m["section"] for m in mistakes if m["section"]).most_common(1)
-    return common[0][0] if common else ""
-
-
-def taught_text(section: str, titles: dict) -> str:
-    """How a link to where a point is taught reads: "lesson 05: Pitfall 2: ..." for a
-    section of the course (``<lesson>#<anchor>``); a URL as it is."""
-    if not section or "://" in section or section.startswith("file:"):
-        return section
-    lesson, _, anchor = section.partition("#")
-    title = titles.get(section) or anchor.replace("-", " ")
-    return f"lesson {lesson[:2]}: {title}" if lesson[:2].isdigit() else f"{lesson}: {title}"
+            "diagnosis": {"section": diagnosis, "taught": sections.text(diagnosis)}}
 
 
 def write(doc: dict, path) -> None:
@@ -129,6 +106,9 @@ def _validate(doc: dict) -> None:
         has(s, f"submission {s.get('student')!r}", ("student", "path", "score", "exercises"))
         for e in s["exercises"]:
             has(e, f"{s['student']!r}'s answer {e.get('id')!r}", ("id", "score", "max_score", "status", "checks"))
+            for c in e["checks"]:
+                has(c, f"a check of {s['student']!r}'s answer {e['id']!r}", ("name", "passed", "message", "kind", "hint",
+                                                                               "mistake"))
             if e["id"] not in ids:
                 raise ValueError(f"submission {s['student']!r} has an answer to {e['id']!r}, an exercise the file "
                                  "does not describe")

@@ -6,7 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-from mha.exercises import Exercise
+from mha.autograde import Exercise
 
 from .grader import SubmissionReport
 

@@ -19,8 +19,8 @@ Order of events:
 6. run the submission's kept statements, then each exercise's cases, reporting progress
    (``S i`` / ``D i``) on a pipe so that the grader can enforce per-exercise time limits.
 
-This file imports nothing from the course package but ``mha/_plain.py`` and
-``mha/_calls.py`` (loaded by path, first), so it can run while that is hidden.
+This file imports nothing from the course package but ``mha/autograde/wire.py`` and
+``mha/autograde/calls.py`` (loaded by path, first), so it can run while that is hidden.
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def run(jobdir: str, cfg, progress_fd: int, plain, calls=None) -> None:
             pass
 
     if any(job.get("launches") for job in cfg["run"]):
-        try:  # before the submission, so that its kernel launches can be counted (mha/_calls.py)
+        try:  # before the submission, so that its kernel launches can be counted (autograde/calls.py)
             import triton  # noqa: F401  (TRITON_INTERPRET=1 is in the environment: its interpreter)
         except Exception:
             pass
@@ -274,7 +274,7 @@ def run(jobdir: str, cfg, progress_fd: int, plain, calls=None) -> None:
         fn = ns.get(job["function"])
         results, out_arrays = [], {}
         if fn is None or not callable(fn):
-            results = [{"s": "missing"} for _ in spec["cases"]]
+            results = [{calls.STATUS: calls.MISSING} for _ in spec["cases"]]
         else:
             layouts = spec.get("noncontiguous") or [[] for _ in spec["cases"]]
             for case, strided in zip(spec["cases"], layouts):
@@ -308,7 +308,7 @@ def _write(path: str, data: bytes) -> None:
 def _load_by_path(filename: str, name: str):
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), filename)
+    path = os.path.join(AUTOGRADE, filename)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
@@ -316,18 +316,22 @@ def _load_by_path(filename: str, name: str):
     return module
 
 
+# The folder of the two free-standing modules of the exercise framework that the worker loads.
+AUTOGRADE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "autograde")
+
+
 def load_plain():
-    """The package's neutral module of plain values (``mha/_plain.py``), loaded from its
+    """The framework's module of plain values (``mha/autograde/wire.py``), loaded from its
     file on its own: nothing else of the course package is imported here."""
-    return _load_by_path("_plain.py", "plain")
+    return _load_by_path("wire.py", "plain")
 
 
 def load_calls():
-    """The package's neutral module that calls a graded function (``mha/_calls.py``, the
+    """The framework's module that calls a graded function (``mha/autograde/calls.py``, the
     procedure ``check`` follows too), loaded from its file on its own."""
     if "_mha_calls" in sys.modules:
         return sys.modules["_mha_calls"]
-    return _load_by_path("_calls.py", "_mha_calls")
+    return _load_by_path("calls.py", "_mha_calls")
 
 
 def sandboxed(jobdir: str, cfg, progress_fd: int, plain) -> None:
@@ -458,12 +462,3 @@ def _zygote_child(req, progress_fd: int, stderr_fd: int, plain, libc) -> None:
 if __name__ == "__main__":
     main(sys.argv)
 
-
-def __getattr__(name):  # ForbiddenCall, set_traps and restore live in mha/_calls.py now
-    if name in ("ForbiddenCall", "set_traps", "restore"):
-        try:
-            from mha import _calls
-        except ImportError:  # pragma: no cover - the package hidden
-            _calls = load_calls()
-        return getattr(_calls, name)
-    raise AttributeError(name)

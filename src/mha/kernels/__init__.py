@@ -80,13 +80,13 @@ def bounds_checked():
     and the grader run every kernel exercise this way. Only launches on CPU tensors are
     checked: compiled for a GPU, or interpreted on copies of GPU tensors, kernels are not
     (NVIDIA's compute-sanitizer checks them there)."""
-    from mha import _calls
+    from mha.autograde import calls
 
-    saved = _calls.watch_launches([0])
+    saved = calls.watch_launches([0])
     try:
         yield
     finally:
-        _calls.restore(saved)
+        calls.restore(saved)
 
 
 __all__ = ["INTERPRETER", "bounds_checked", "triton"]

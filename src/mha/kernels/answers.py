@@ -1,7 +1,7 @@
 """Model answers to lesson 14's exercises, as the statements ask for them: Triton kernels and
 the functions that launch them.
 
-The exercises' references (``mha.exercises.kernels``) are plain torch, so that the grader
+The exercises' references (``mha.exercises.lesson14_flash_attention_in_triton``) are plain torch, so that the grader
 computes expected values without Triton; a plain-torch answer loses the points, since the
 statements ask for a kernel. These are the answers that ``Exercise.model`` names: the answer
 key (``mha.grading.answer_key``) and the tests grade them. Each is written differently from

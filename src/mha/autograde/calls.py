@@ -13,11 +13,12 @@ For every case, :func:`run_case`
    unmasked lanes load or store outside the tensors it was given (:func:`bounds_checked`);
 5. after the call, notes every argument the function changed, in value or in place (a
    tensor's version counter counts each in-place operation);
-6. encodes the result as a plain value (:mod:`mha._plain`).
+6. encodes the result as a plain value (:mod:`mha.autograde.wire`).
 
-It returns a *record*, a JSON-able dict: the worker writes it to disk for the grader; ``check``
-turns it into an :class:`~mha.exercises.Outcome` through the grader's own reader, so the two
-see the same outcome and print the same verdict.
+It returns a *record*, a JSON-able dict whose keys and words are named below, once: the worker
+writes it to disk for the grader; ``check`` turns it into an :class:`~mha.autograde.Outcome`
+through the grader's own reader (:mod:`mha.autograde.record`), so the two see the same outcome
+and print the same verdict.
 
 This module imports only the standard library, and torch lazily, so that the worker can
 load it by path, on its own, before it hides the course package (see ``grading/worker.py``).
@@ -33,6 +34,11 @@ import opcode
 MAX_TRACE = 4096      # distinct operations kept in a trace
 MAX_MESSAGE = 300
 
+# The record of one call: its keys, and the words of its STATUS.
+STATUS, VALUE_TREE, MUTATED, TRACE, TRUNCATED, LAUNCHES = "s", "v", "mutated", "trace", "truncated", "launches"
+ERROR_TYPE, ERROR_BASES, ERROR_MESSAGE = "type", "bases", "msg"
+VALUE, RAISED, NOT_ATTEMPTED, MISSING = "value", "raised", "not attempted", "missing"
+
 
 class ForbiddenCall(RuntimeError):
     """Raised by the stand-ins for functions an exercise may not use."""
@@ -43,7 +49,7 @@ class ForbiddenCall(RuntimeError):
 _RESOLVED: dict = {}
 
 
-def _resolve(dotted: str):
+def resolve(dotted: str):
     """(owner, attribute) for a dotted name such as ``torch.nn.functional.softmax`` or
     ``torch.Tensor.softmax`` (the owner may be a module or a class); None if it does not
     exist in this Python. Remembered: traps are set around every call."""
@@ -74,7 +80,7 @@ def set_traps(names) -> list:
     raise ForbiddenCall; returns what :func:`restore` needs."""
     saved = []
     for dotted in names:
-        found = _resolve(dotted)
+        found = resolve(dotted)
         if found is None:
             continue
         owner, attr = found
@@ -305,7 +311,7 @@ def make_runner():
 
     Tensor, clone, equal, isnan = torch.Tensor, torch.Tensor.clone, torch.equal, torch.isnan
     is_floating, nan_to_num, version_of = torch.is_floating_point, torch.nan_to_num, torch.Tensor._version.__get__
-    make_recorder, trap, untrap, watch, stub, message = recorder, set_traps, restore, watch_launches, is_stub, _message
+    make_recorder, trap, untrap, watch, stub, raised = recorder, set_traps, restore, watch_launches, is_stub, _raised
 
     def snapshot(args) -> list:
         return [(a, tuple(a.shape), clone(a), version_of(a)) if isinstance(a, Tensor) else None for a in args]
@@ -332,7 +338,7 @@ def make_runner():
 
         ``args`` are the function's own copies (they may be changed by the call); the
         positions in ``noncontiguous`` are passed in a strided layout. ``arrays`` collects the
-        result's arrays (see :func:`mha._plain.encode`). With ``launches``, the record says
+        result's arrays (see :func:`mha.autograde.wire.encode`). With ``launches``, the record says
         how many Triton kernels the call launched. Never raises for anything ``fn`` does,
         except KeyboardInterrupt."""
         args = [plain.noncontiguous(a) if i in noncontiguous else a for i, a in enumerate(args)]
@@ -351,24 +357,20 @@ def make_runner():
             finally:
                 untrap(watched)
                 untrap(saved)
-            record = {"s": "value", "v": plain.encode(value, arrays)}
+            record = {STATUS: VALUE, VALUE_TREE: plain.encode(value, arrays)}
         except NotImplementedError as e:
-            if stub(e, fn):
-                record = {"s": "not-attempted"}
-            else:  # torch's own (a dtype an operation lacks, say): an answer that was written
-                record = {"s": "raised", "type": type(e).__name__[:100],
-                          "bases": [c.__name__[:100] for c in type(e).__mro__][:12], "msg": message(e)}
+            # the stub's is not an answer; torch's own (a dtype an operation lacks, say) is one
+            record = {STATUS: NOT_ATTEMPTED} if stub(e, fn) else raised(e)
         except KeyboardInterrupt:
             raise
         except BaseException as e:  # noqa: BLE001 - SystemExit and friends score zero
-            record = {"s": "raised", "type": type(e).__name__[:100],
-                      "bases": [c.__name__[:100] for c in type(e).__mro__][:12], "msg": message(e)}
-        record["mutated"] = changed(snap)
+            record = raised(e)
+        record[MUTATED] = changed(snap)
         if mode is not None:
-            record["trace"] = mode.entries()
-            record["truncated"] = mode.truncated
+            record[TRACE] = mode.entries()
+            record[TRUNCATED] = mode.truncated
         if launches:
-            record["launches"] = counter[0]
+            record[LAUNCHES] = counter[0]
         return record
 
     return run_case
@@ -407,8 +409,11 @@ def is_stub(e: BaseException, fn) -> bool:
         return False
 
 
-def _message(e: BaseException) -> str:
+def _raised(e: BaseException) -> dict:
+    """The record of a call that raised ``e``: its type, the names of its bases, its message."""
     try:
-        return str(e)[:MAX_MESSAGE]
+        message = str(e)[:MAX_MESSAGE]
     except Exception:
-        return ""
+        message = ""
+    return {STATUS: RAISED, ERROR_TYPE: type(e).__name__[:100],
+            ERROR_BASES: [c.__name__[:100] for c in type(e).__mro__][:12], ERROR_MESSAGE: message}

@@ -8,8 +8,9 @@ import math
 
 import torch
 
-from ._core import Case, Exercise, Mistake
-from .heads import _int, _randn
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import randint, randn
+
 
 LESSON = "06-the-layer-step-by-step"
 
@@ -31,7 +32,7 @@ def _concat_sum(heads, w_o):
 
 def _concat_case(g, h, b, t, d, dtype=torch.float32):
     c = h * d
-    return Case((_randn(g, h, b, t, d, dtype=dtype), _randn(g, c, c, dtype=dtype, scale=1 / math.sqrt(c))))
+    return Case((randn(g, h, b, t, d, dtype=dtype), randn(g, c, c, dtype=dtype, scale=1 / math.sqrt(c))))
 
 
 def _concat_public(g):
@@ -40,7 +41,7 @@ def _concat_public(g):
 
 def _concat_hidden(g):
     # h >= 2, d >= 2 and T >= 2 in every case, so that every mistake changes the answer
-    return [_concat_case(g, _int(g, 2, 5), _int(g, 1, 3), _int(g, 2, 5), _int(g, 2, 4), dt)
+    return [_concat_case(g, randint(g, 2, 5), randint(g, 1, 3), randint(g, 2, 5), randint(g, 2, 4), dt)
             for dt in (torch.float32, torch.float64, torch.float32)]
 
 
@@ -63,6 +64,7 @@ CONCAT = Exercise(
     id="layer.concat_heads", title="Concatenate the heads and mix them", lesson=LESSON,
     function="concat_heads", params=("heads", "w_o"), points=3,
     reference=concat_heads, public=_concat_public, hidden=_concat_hidden, public_seed=601,
+    section="$W_O$: where the heads meet",
     mistakes=(
         Mistake("the concatenated heads still need the output projection W_O: return merged @ w_o.T; "
                 "without it no output channel mixes two heads", _concat_wrong(project=False), name="no-out-proj"),
@@ -70,10 +72,12 @@ CONCAT = Exercise(
                 _concat_wrong(transpose_w=False), name="w-o-not-transposed"),
         Mistake("head i's d features go to columns i*d to (i+1)*d - 1: put the head axis before the "
                 "feature axis when you flatten ((B, T, h, d), not (B, T, d, h))", _concat_wrong(order="dh"),
-                name="features-interleaved"),
+                name="features-interleaved",
+                section="Version 2: one batched reshape"),
         Mistake("a plain reshape of (h, B, T, d) to (B, T, C) mixes batch and time across heads: "
                 "move the head axis first (permute(1, 2, 0, 3)), then flatten", _concat_wrong(order="raw"),
-                name="direct-reshape"),
+                name="direct-reshape",
+                section="Version 2: one batched reshape"),
         Mistake("concatenate the heads side by side, do not add them: each head keeps its own d columns, "
                 "and W_O has a block of weights for each", _concat_sum, name="heads-summed"),
         Mistake("concatenate in head order, head 0 first: head i's features meet columns i * d .. (i + 1) * d - 1 "
@@ -99,7 +103,7 @@ def split_qkv_gqa(qkv: torch.Tensor, num_heads: int, num_kv_heads: int) -> tuple
 
 
 def _gqa_qkv_case(g, b, t, h, groups, d, dtype=torch.float32):
-    return Case((_randn(g, b, t, (h + 2 * groups) * d, dtype=dtype), h, groups))
+    return Case((randn(g, b, t, (h + 2 * groups) * d, dtype=dtype), h, groups))
 
 
 def _gqa_qkv_public(g):
@@ -112,11 +116,11 @@ def _gqa_qkv_hidden(g):
     # every head count, so that each listed mistake moves some number
     cases = []
     for dt in (torch.float32, torch.float64, torch.float32):
-        groups, per = _int(g, 2, 3), _int(g, 2, 3)
-        t = _int(g, 2, 9)
+        groups, per = randint(g, 2, 3), randint(g, 2, 3)
+        t = randint(g, 2, 9)
         while t in (groups, groups * per):
             t += 1
-        cases.append(_gqa_qkv_case(g, _int(g, 1, 3), t, groups * per, groups, _int(g, 2, 4), dt))
+        cases.append(_gqa_qkv_case(g, randint(g, 1, 3), t, groups * per, groups, randint(g, 2, 4), dt))
     return cases
 
 
@@ -158,16 +162,19 @@ SPLIT_QKV_GQA = Exercise(
     id="layer.split_qkv_gqa", title="Split a fused grouped-query projection", lesson=LESSON,
     function="split_qkv_gqa", params=("qkv", "num_heads", "num_kv_heads"), points=4, answer="tensors",
     reference=split_qkv_gqa, public=_gqa_qkv_public, hidden=_gqa_qkv_hidden, public_seed=605,
+    section="The `split(3)` bug",
     mistakes=(
         Mistake("the fused weight is cat[W_q; W_k; W_v]: all the query heads' features come first, then "
                 "all the key heads', then all the value heads'; they are not grouped per key/value head",
                 _gqa_qkv_wrong("grouped"), name="grouped-per-kv-head"),
         Mistake("view each part as (B, T, n, d) and then transpose to (B, n, T, d); a direct reshape to "
-                "(B, n, T, d) mixes tokens across heads", _gqa_qkv_wrong("direct"), name="direct-reshape"),
+                "(B, n, T, d) mixes tokens across heads", _gqa_qkv_wrong("direct"), name="direct-reshape",
+                section="Version 2: one batched reshape"),
         Mistake("W_k comes before W_v in the fused weight: the key heads are the middle part",
                 _gqa_qkv_wrong("swapped"), name="k-and-v-swapped"),
         Mistake("return the g key and value heads as they are, (B, g, T, d); sharing them among the "
-                "query heads is attention's job, not the split's", _gqa_qkv_wrong("expanded"), name="kv-expanded"),
+                "query heads is attention's job, not the split's", _gqa_qkv_wrong("expanded"), name="kv-expanded",
+                section="11-kv-cache-gqa-mla: Fewer key/value heads: MQA and GQA"),
         Mistake("each head's d features are consecutive: view each part as (B, T, n, d), not (B, T, d, n), "
                 "which gives head i every n-th feature", _gqa_qkv_wrong("interleaved"), name="features-interleaved"),
     ),
@@ -184,7 +191,7 @@ def attention_dropout(weights: torch.Tensor, keep: torch.Tensor, p: float) -> to
 
 
 def _dropout_case(g, shape, p, dtype=torch.float32):
-    weights = torch.softmax(_randn(g, *shape, dtype=torch.float64, scale=2), dim=-1).to(dtype)
+    weights = torch.softmax(randn(g, *shape, dtype=torch.float64, scale=2), dim=-1).to(dtype)
     keep = torch.rand(*shape, generator=g) >= p
     keep.view(-1, shape[-1])[:, 0] = False      # every row loses one weight...
     keep.view(-1, shape[-1])[:, -1] = True      # ...and keeps one
@@ -200,8 +207,8 @@ def _dropout_hidden(g):
     ps = (0.1, 0.2, 0.3, 0.4, 0.6, 0.7)   # never 0.5, where 1 / p and 1 / (1 - p) coincide
     cases = []
     for dt in (torch.float32, torch.float64, torch.float32):
-        p = ps[_int(g, 0, len(ps) - 1)]
-        shape = (_int(g, 1, 2), _int(g, 1, 3), _int(g, 2, 6), _int(g, 3, 7))
+        p = ps[randint(g, 0, len(ps) - 1)]
+        shape = (randint(g, 1, 2), randint(g, 1, 3), randint(g, 2, 6), randint(g, 3, 7))
         cases.append(_dropout_case(g, shape, p, dt))
     return cases
 
@@ -215,6 +222,7 @@ DROPOUT = Exercise(
     id="layer.attention_dropout", title="Attention dropout with a given mask", lesson=LESSON,
     function="attention_dropout", params=("weights", "keep", "p"), points=3,
     reference=attention_dropout, public=_dropout_public, hidden=_dropout_hidden, public_seed=603,
+    section="Attention dropout",
     mistakes=(
         Mistake("scale the surviving weights by 1 / (1 - p), so that each weight keeps its expected value",
                 lambda w, keep, p: w * keep, name="no-rescale"),
@@ -251,7 +259,7 @@ def fuse_head_weights(w_heads: torch.Tensor) -> torch.Tensor:
 
 
 def _fuse_case(g, h, d, c, dtype=torch.float32):
-    return Case((_randn(g, h, 3 * d, c, dtype=dtype),))
+    return Case((randn(g, h, 3 * d, c, dtype=dtype),))
 
 
 def _fuse_public(g):
@@ -262,7 +270,7 @@ def _fuse_hidden(g):
     # h >= 2 and d >= 2 in every case: with one head, or heads of width 1, the mistakes are right
     cases = []
     for dt in (torch.float32, torch.float64, torch.float32):
-        h, d = _int(g, 2, 5), _int(g, 2, 4)
+        h, d = randint(g, 2, 5), randint(g, 2, 4)
         cases.append(_fuse_case(g, h, d, h * d, dt))
     return cases
 
@@ -286,6 +294,7 @@ FUSE = Exercise(
     id="layer.fuse_head_weights", title="Many heads in one matrix", lesson=LESSON,
     function="fuse_head_weights", params=("w_heads",), points=4,
     reference=fuse_head_weights, public=_fuse_public, hidden=_fuse_hidden, public_seed=604,
+    section="Version 3: one fused projection",
     mistakes=(
         Mistake("stacking the heads' matrices one after the other gives [W_q^0; W_k^0; W_v^0; W_q^1; ...]; "
                 "the fused matrix is grouped by role first: all heads' W_q, then all W_k, then all W_v",
@@ -315,6 +324,7 @@ DROPOUT_SPREAD = Exercise(
     function="dropout_row_spread", params=(), points=2, reference=dropout_row_spread, answer="number",
     tolerance=0.05, public=lambda g: [Case((), note="16 weights of 1/16, p = 0.2")], hidden=lambda g: [],
     public_seed=606,
+    section="Attention dropout",
     mistakes=(
         Mistake("the rescaling by 1 / (1 - p) keeps the sum right on AVERAGE only: each draw drops other weights, "
                 "so the sum changes from draw to draw", lambda: 0.0, name="no-spread"),

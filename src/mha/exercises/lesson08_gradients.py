@@ -8,15 +8,16 @@ import math
 
 import torch
 
-from ._core import Case, Exercise, Mistake
-from .heads import _int, _randn
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import randint, randn
+
 
 # Autograd is refused at run time: while a graded function runs, the grader replaces the two
 # torch functions named below by stand-ins that raise ForbiddenCall, and every autograd route
 # goes through one of them: .backward(), torch.autograd.grad and torch.autograd.functional
 # (reverse mode), torch.func.grad / vjp / jacrev (which call torch.autograd.grad), and forward
 # mode (torch.func.jvp / jacfwd, torch.autograd.forward_ad). tests/test_grads_exercises.py
-# checks each route. The static check (mha.exercises._core.forbidden_uses) looks for the last
+# checks each route. The static check (mha.autograde.forbidden.forbidden_uses) looks for the last
 # part of every name as a variable or attribute, and inside any string, docstrings included:
 # "torch.autograd" or "backward" here would give zero points to honest code whose docstring
 # says "the backward pass" or "no autograd", and "torch.func" to a variable named `func`.
@@ -28,7 +29,7 @@ NO_AUTOGRAD = ("mha", "torch.autograd._engine_run_backward", "torch.autograd.for
 
 def _probabilities(g, n: int, dtype, scale: float = 1.5) -> torch.Tensor:
     """A probability vector (n,): the softmax of random logits, computed in float64."""
-    return torch.softmax(_randn(g, n, dtype=torch.float64, scale=scale), dim=-1).to(dtype)
+    return torch.softmax(randn(g, n, dtype=torch.float64, scale=scale), dim=-1).to(dtype)
 
 
 # ---------------------------------------------------------------- 1. softmax Jacobian
@@ -45,7 +46,7 @@ def _jac_public(g):
 
 
 def _jac_hidden(g):
-    return [Case((_probabilities(g, _int(g, 2, 8), dtype, scale),))
+    return [Case((_probabilities(g, randint(g, 2, 8), dtype, scale),))
             for dtype, scale in ((torch.float32, 1.0), (torch.float64, 2.0), (torch.float32, 0.5))]
 
 
@@ -53,6 +54,7 @@ SOFTMAX_JACOBIAN = Exercise(
     id="grads.softmax_jacobian", title="The softmax Jacobian", lesson="08-gradients",
     function="softmax_jacobian", params=("p",), points=3,
     reference=softmax_jacobian, public=_jac_public, hidden=_jac_hidden, public_seed=801,
+    section="The softmax Jacobian",
     mistakes=(
         Mistake("every probability depends on every score through the normalising sum: "
                 "subtract the outer product p p^T, J = diag(p) - p p^T",
@@ -83,7 +85,7 @@ def gqa_kv_grad(grad_k_heads: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
 
 
 def _gkv_case(g, b, groups, per, t, d, dtype=torch.float32):
-    return Case((_randn(g, b, groups * per, t, d, dtype=dtype), groups))
+    return Case((randn(g, b, groups * per, t, d, dtype=dtype), groups))
 
 
 def _gkv_public(g):
@@ -92,7 +94,7 @@ def _gkv_public(g):
 
 def _gkv_hidden(g):
     # g >= 2 groups of >= 2 heads: the repeat grouping, a mean and one copy all differ
-    return [_gkv_case(g, _int(g, 1, 3), _int(g, 2, 4), _int(g, 2, 4), _int(g, 1, 5), _int(g, 1, 5), dt)
+    return [_gkv_case(g, randint(g, 1, 3), randint(g, 2, 4), randint(g, 2, 4), randint(g, 1, 5), randint(g, 1, 5), dt)
             for dt in (torch.float32, torch.float64, torch.float32)]
 
 
@@ -100,11 +102,13 @@ GQA_KV_GRAD = Exercise(
     id="grads.gqa_kv_grad", title="The gradient of shared key heads", lesson="08-gradients",
     function="gqa_kv_grad", params=("grad_k_heads", "num_kv_heads"), points=3,
     reference=gqa_kv_grad, public=_gkv_public, hidden=_gkv_hidden, public_seed=805,
+    section="Back to the queries and keys: $dQ = s\\, dS\\, K$ and $dK = s\\, dS^\\top Q$",
     mistakes=(
         Mistake("repeat_interleave gives key head j to the CONSECUTIVE query heads j * (h // g) .. "
                 "(j + 1) * (h // g) - 1; query head i reading key head i % g is repeat's layout",
                 lambda gk, groups: gk.view(gk.shape[0], gk.shape[1] // groups, groups, *gk.shape[2:]).sum(dim=1),
-                name="repeat-layout"),
+                name="repeat-layout",
+                section="11-kv-cache-gqa-mla: Fewer key/value heads: MQA and GQA"),
         Mistake("a key head used by several query heads collects the gradient of every use: sum the "
                 "copies' gradients, do not average them",
                 lambda gk, groups: gk.view(gk.shape[0], groups, gk.shape[1] // groups, *gk.shape[2:]).mean(dim=2),
@@ -144,8 +148,8 @@ def scale_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torc
 
 def _sg_case(g, tq, tk, d, dv, dtype=torch.float32):
     scale = round(0.2 + 1.2 * float(torch.rand(1, generator=g)), 3)
-    return Case((_randn(g, tq, d, dtype=dtype), _randn(g, tk, d, dtype=dtype), _randn(g, tk, dv, dtype=dtype),
-                 _randn(g, tq, dv, dtype=dtype), scale))
+    return Case((randn(g, tq, d, dtype=dtype), randn(g, tk, d, dtype=dtype), randn(g, tk, dv, dtype=dtype),
+                 randn(g, tq, dv, dtype=dtype), scale))
 
 
 def _sg_public(g):
@@ -153,7 +157,7 @@ def _sg_public(g):
 
 
 def _sg_hidden(g):
-    return [_sg_case(g, _int(g, 2, 6), _int(g, 2, 6), _int(g, 2, 8), _int(g, 1, 5), dt)
+    return [_sg_case(g, randint(g, 2, 6), randint(g, 2, 6), randint(g, 2, 8), randint(g, 1, 5), dt)
             for dt in (torch.float64, torch.float32, torch.float64)]
 
 
@@ -178,9 +182,11 @@ SCALE_GRAD = Exercise(
     id="grads.scale_grad", title="The gradient of the temperature", lesson="08-gradients",
     function="scale_grad", params=("q", "k", "v", "grad_out", "scale"), points=4,
     reference=scale_grad, public=_sg_public, hidden=_sg_hidden, public_seed=806,
+    section="Back to the queries and keys: $dQ = s\\, dS\\, K$ and $dK = s\\, dS^\\top Q$",
     mistakes=(
         Mistake("pass dP through the softmax with both terms of its Jacobian: dS = P * (dP - rowsum(dP * P)); "
-                "P * dP alone misses the -p p^T term", _sg_wrong("no-rowsum"), name="no-rowsum"),
+                "P * dP alone misses the -p p^T term", _sg_wrong("no-rowsum"), name="no-rowsum",
+                section="The softmax Jacobian"),
         Mistake("S = scale * R with R = q k^T, so dL/dscale = sum(dS * R), the raw scores; sum(dS * S) "
                 "is scale times too large", _sg_wrong("scaled"), name="scaled-scores"),
         Mistake("the scale is one number used by every score: add up the contributions of all the "
@@ -208,8 +214,8 @@ def linear_backward(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, grad_y: t
 
 
 def _lb_case(g, bsz, t, n_in, n_out, dtype=torch.float32):
-    return Case((_randn(g, bsz, t, n_in, dtype=dtype), _randn(g, n_out, n_in, dtype=dtype),
-                 _randn(g, n_out, dtype=dtype), _randn(g, bsz, t, n_out, dtype=dtype)))
+    return Case((randn(g, bsz, t, n_in, dtype=dtype), randn(g, n_out, n_in, dtype=dtype),
+                 randn(g, n_out, dtype=dtype), randn(g, bsz, t, n_out, dtype=dtype)))
 
 
 def _lb_public(g):
@@ -219,12 +225,12 @@ def _lb_public(g):
 def _lb_hidden(g):
     # B, T >= 2 everywhere; one square layer (where grad_y @ w.T runs, and the (in, out) layout
     # of dw has the right shape), the others with n_in != n_out
-    n = _int(g, 2, 6)
-    n_in = _int(g, 2, 6)
-    n_out = n_in + _int(g, 1, 3)
-    return [_lb_case(g, _int(g, 2, 3), _int(g, 2, 4), n, n, torch.float64),
-            _lb_case(g, _int(g, 2, 3), _int(g, 2, 4), n_in, n_out),
-            _lb_case(g, _int(g, 2, 3), _int(g, 2, 4), n_out, n_in, torch.float64)]
+    n = randint(g, 2, 6)
+    n_in = randint(g, 2, 6)
+    n_out = n_in + randint(g, 1, 3)
+    return [_lb_case(g, randint(g, 2, 3), randint(g, 2, 4), n, n, torch.float64),
+            _lb_case(g, randint(g, 2, 3), randint(g, 2, 4), n_in, n_out),
+            _lb_case(g, randint(g, 2, 3), randint(g, 2, 4), n_out, n_in, torch.float64)]
 
 
 def _lb_wrong(kind):
@@ -257,6 +263,7 @@ LINEAR_BACKWARD = Exercise(
     id="grads.linear_backward", title="Fix a linear layer's backward", lesson="08-gradients",
     function="linear_backward", params=("x", "w", "b", "grad_y"), points=4, answer="tensors",
     reference=linear_backward, public=_lb_public, hidden=_lb_hidden, public_seed=807,
+    section="The output projection: $dW_O = O^\\top dY$",
     mistakes=(
         Mistake("y = x w^T, so dL/dx = grad_y @ w; grad_y @ w.T is right only by accident, when the "
                 "layer is square", _lb_wrong("dx"), name="dx-w-transposed"),

@@ -14,10 +14,14 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 
-from mha import _calls, _plain
-
-from ._core import (PENDING, Case, Exercise, MalformedResult, Outcome, Verdict, clone_args, describe_args,
-                    forbidden_uses, read_record, settle)
+from . import calls, wire
+from .exercise import Exercise
+from .forbidden import forbidden_uses
+from .judge import score
+from .model import Called, Case, Kind, Outcome, Verdict, clone_args, describe_args
+from .record import read_record
+from .registry import EXERCISES
+from .wire import MalformedResult
 
 
 # A kernel answer whose public checks take longer than this (CPU seconds) gets a warning: the
@@ -63,18 +67,18 @@ def call_outcome(fn, args, noncontiguous: tuple[int, ...] = (), *, traps: tuple[
                  trace: bool = False, launches: bool = False) -> Outcome:
     """Call ``fn`` on ``args`` (a tuple, or a :class:`Case`, whose ``noncontiguous``
     arguments then arrive non-contiguous as in the grader) the way the grader's worker does
-    (:func:`mha._calls.run_case`: the ``traps`` set, arguments watched, the operations
+    (:func:`mha.autograde.calls.run_case`: the ``traps`` set, arguments watched, the operations
     recorded when ``trace``, Triton's kernel launches counted when ``launches``) and read what
     happened as the grader reads it."""
     if isinstance(args, Case):
         args, noncontiguous = args.args, args.noncontiguous
     arrays: dict = {}
-    record = _calls.run_case(fn, list(clone_args(tuple(args))), plain=_plain, arrays=arrays,
+    record = calls.run_case(fn, list(clone_args(tuple(args))), plain=wire, arrays=arrays,
                              noncontiguous=tuple(noncontiguous), traps=traps, trace=trace, launches=launches)
     try:
         return read_record(json.loads(json.dumps(record)), arrays, len(args))
     except (MalformedResult, TypeError, ValueError) as e:  # a value that cannot even be encoded
-        return Outcome("raised", error_type="UnreadableResult", error_message=str(e)[:300])
+        return Outcome(Called.RAISED, error_type="UnreadableResult", error_message=str(e)[:calls.MAX_MESSAGE])
 
 
 def run_public(ex: Exercise, fn) -> list[Outcome]:
@@ -104,8 +108,6 @@ def check(exercise_id: str, fn) -> CheckResult:
 
 
 def _check(exercise_id: str, fn) -> CheckResult:
-    from . import EXERCISES
-
     if exercise_id not in EXERCISES:
         known = ", ".join(EXERCISES)
         print(f"There is no exercise {exercise_id!r}. Exercise ids: {known}.")
@@ -122,7 +124,7 @@ def _check(exercise_id: str, fn) -> CheckResult:
     if sig:
         result.problems.append(sig)
         print(f"  ! {sig} (the grader gives no points for a function with another signature)")
-    used = _forbidden_in(fn, ex)
+    used = forbidden_in(fn, ex)
     if used:
         msg = (f"uses {', '.join(used)}, which this exercise does not allow: {ex.write_it} "
                "(the grader gives no points otherwise)")
@@ -137,25 +139,25 @@ def _check(exercise_id: str, fn) -> CheckResult:
         print(f"  ! the public checks took {spent:.1f} s of CPU time: Triton's interpreter runs a grid's programs "
               f"one after another, and the grader, with its hidden checks as well, allows a kernel exercise "
               f"{KERNEL_LIMIT_S:g} s; give each program a block of at least 16 rows")
-    if all(o.status == "not-attempted" for o in outcomes):
+    scored = score(ex, cases, outcomes)
+    result.total = scored.total
+    if scored.status == "not attempted":
         result.attempted = False
-        result.total = len(cases)
         print(f"  not attempted yet: {ex.function} still raises NotImplementedError. "
               f"Write it, then run this cell again.")
         return result
-    result.verdicts = settle(cases, [ex.judge(c, o) for c, o in zip(cases, outcomes)])
+    result.verdicts = scored.verdicts
     for case, verdict in zip(cases, result.verdicts):
         label = describe_args(ex.params, case.args)
         if case.noncontiguous:
             label += " (" + ", ".join(ex.params[i] for i in case.noncontiguous) + " not contiguous)"
         if case.note:
             label += f" ({case.note})"
-        mark = "ok " if verdict.passed else " -- " if verdict.message.endswith(PENDING) else "FAIL"
+        mark = "ok " if verdict.passed else " -- " if verdict.kind is Kind.PENDING else "FAIL"
         text = "correct" if verdict.passed else verdict.message
         print(f"  [{mark}] {ex.function}({label}): {text}")
-    result.total = len(cases)
-    result.passed = sum(v.passed for v in result.verdicts)
-    result.score = 0.0 if result.problems else round(ex.points * result.passed / max(result.total, 1), 2)
+    result.passed = scored.passed
+    result.score = 0.0 if result.problems else scored.score
     if result.passed == result.total and not result.problems:
         print(f"  all {result.total} public checks pass. The grader also runs hidden checks.")
     else:
@@ -178,7 +180,7 @@ def _signature_problem(fn, ex: Exercise) -> str | None:
     return None
 
 
-def _forbidden_in(fn, ex: Exercise) -> list[str]:
+def forbidden_in(fn, ex: Exercise) -> list[str]:
     """Forbidden names in the source of ``fn`` and of the functions and classes of its
     notebook that it uses (what the grader keeps of a submission for it), or forbidden
     objects among the globals they use."""
@@ -266,7 +268,7 @@ def _forbidden_objects(forbidden: tuple[str, ...]) -> list:
             import mha
             objs += [mha] + [getattr(mha, n) for n in getattr(mha, "__all__", ())]
             continue
-        found = _calls._resolve(dotted) if "." in dotted else None
+        found = calls.resolve(dotted) if "." in dotted else None
         if found is not None:
             objs.append(getattr(*found))
         else:

@@ -9,8 +9,9 @@ import math
 
 import torch
 
-from ._core import Case, Exercise, Mistake
-from .heads import _int, _randn
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import other_than, randint, randn, returned_nan
+
 
 NEG_INF = float("-inf")
 
@@ -68,7 +69,7 @@ def _stats_unguarded(chunks):
 
 def _ramp(g, n, c, dtype=torch.float32):
     """Chunks whose max grows from one chunk to the next: the rescaling matters."""
-    return (_randn(g, n, c, dtype=torch.float64) + 2.0 * torch.arange(n, dtype=torch.float64)[:, None]).to(dtype)
+    return (randn(g, n, c, dtype=torch.float64) + 2.0 * torch.arange(n, dtype=torch.float64)[:, None]).to(dtype)
 
 
 def _masked_start(g, n, c, dtype=torch.float32):
@@ -80,14 +81,14 @@ def _masked_start(g, n, c, dtype=torch.float32):
 
 def _stats_public(g):
     return [Case((torch.tensor([[0.0, 1.0], [3.0, 2.0], [-1.0, 0.5]]),), note="the max grows in chunk 1"),
-            Case((_randn(g, 4, 3, scale=3.0),), note="random scores"),
+            Case((randn(g, 4, 3, scale=3.0),), note="random scores"),
             Case((_masked_start(g, 3, 2, torch.float64),), note="the first chunk is all -inf (masked)")]
 
 
 def _stats_hidden(g):
-    return [Case((_ramp(g, _int(g, 3, 6), _int(g, 2, 5)),)),
-            Case((_masked_start(g, _int(g, 3, 5), _int(g, 1, 4), torch.float64),)),
-            Case((_randn(g, _int(g, 2, 6), _int(g, 1, 6), scale=4.0),))]
+    return [Case((_ramp(g, randint(g, 3, 6), randint(g, 2, 5)),)),
+            Case((_masked_start(g, randint(g, 3, 5), randint(g, 1, 4), torch.float64),)),
+            Case((randn(g, randint(g, 2, 6), randint(g, 1, 6), scale=4.0),))]
 
 
 def _numel(shape) -> int:
@@ -125,6 +126,7 @@ ONLINE_STATS = Exercise(
     id="flash.online_softmax_stats", title="The running max and sum", lesson="10-flash-attention",
     function="online_softmax_stats", params=("chunks",), points=4, audit=_stats_audit,
     reference=online_softmax_stats, public=_stats_public, hidden=_stats_hidden, public_seed=1001,
+    section="The online softmax",
     mistakes=(
         Mistake("when the max grows from m to m_new, the sum so far was computed relative to the "
                 "old max: multiply it by exp(m - m_new) before adding the new chunk", _stats_no_rescale,
@@ -213,11 +215,11 @@ def _partial(q, k, v):
 
 def _merge_case(g, tq, tk, d, dv, dtype=torch.float32, empty_row=None):
     """Two partials over a random split of tk keys; row ``empty_row`` of the first saw no key."""
-    q, k, v = _randn(g, tq, d, dtype=torch.float64), _randn(g, tk, d, dtype=torch.float64), \
-        _randn(g, tk, dv, dtype=torch.float64)
+    q, k, v = randn(g, tq, d, dtype=torch.float64), randn(g, tk, d, dtype=torch.float64), \
+        randn(g, tk, dv, dtype=torch.float64)
     k = k * 2.0                                          # distinct maxima in the two halves
     order = torch.randperm(tk, generator=g)
-    cut = _int(g, 1, tk - 1)
+    cut = randint(g, 1, tk - 1)
     a, b = _partial(q, k[order[:cut]], v[order[:cut]]), _partial(q, k[order[cut:]], v[order[cut:]])
     if empty_row is not None:                            # all its keys were masked
         a[empty_row] = 0.0
@@ -231,17 +233,15 @@ def _merge_public(g):
 
 
 def _merge_hidden(g):
-    return [_merge_case(g, _int(g, 2, 5), _int(g, 4, 9), _int(g, 2, 6), _int(g, 1, 4)),
-            _merge_case(g, _int(g, 2, 5), _int(g, 3, 9), _int(g, 2, 6), _int(g, 1, 4), torch.float64),
-            _merge_case(g, 3, _int(g, 3, 8), _int(g, 2, 6), _int(g, 1, 4), empty_row=_int(g, 0, 2))]
+    return [_merge_case(g, randint(g, 2, 5), randint(g, 4, 9), randint(g, 2, 6), randint(g, 1, 4)),
+            _merge_case(g, randint(g, 2, 5), randint(g, 3, 9), randint(g, 2, 6), randint(g, 1, 4), torch.float64),
+            _merge_case(g, 3, randint(g, 3, 8), randint(g, 2, 6), randint(g, 1, 4), empty_row=randint(g, 0, 2))]
 
 
 def _merge_note(case, outcome):
-    if outcome.status == "value" and outcome.value.kind == "tensor":
-        import numpy as np
-        if np.isnan(outcome.value.data.astype(np.float64)).any():
-            return ("a partial that saw only masked keys has m = -inf and l = 0; its weight "
-                    "l * exp(m - m_max) is 0, so it must add nothing (avoid 0 * inf and -inf - (-inf))")
+    if returned_nan(outcome):
+        return ("a partial that saw only masked keys has m = -inf and l = 0; its weight "
+                "l * exp(m - m_max) is 0, so it must add nothing (avoid 0 * inf and -inf - (-inf))")
     return None
 
 
@@ -249,6 +249,7 @@ MERGE = Exercise(
     id="flash.merge_partials", title="Merging two partial results", lesson="10-flash-attention",
     function="merge_partials", params=("a", "b"), points=5,
     reference=merge_partials, public=_merge_public, hidden=_merge_hidden, public_seed=1002,
+    section="The online softmax",
     mistakes=(
         Mistake("l1 and l2 are sums relative to different maxima: bring both to m = max(m1, m2) "
                 "with the factors exp(m1 - m) and exp(m2 - m) before comparing or adding them",
@@ -312,18 +313,18 @@ def _ws_public(g):
 
 
 def _ws_hidden(g):
-    b = _int(g, 2, 5)
-    n = _int(g, 2, 5)
-    cases = [Case((n * b + _int(g, 1, b - 1), n * b + _int(g, 1, b - 1), b)),       # partial last blocks
-             Case((b, _int(g, 3, 6) * b + _int(g, 1, b - 1), b)),                    # one query block
-             Case((_int(g, 3, 6) * b, _int(g, 1, 2) * b, b))]                      # more queries than keys
+    b = randint(g, 2, 5)
+    n = randint(g, 2, 5)
+    cases = [Case((n * b + randint(g, 1, b - 1), n * b + randint(g, 1, b - 1), b)),       # partial last blocks
+             Case((b, randint(g, 3, 6) * b + randint(g, 1, b - 1), b)),                    # one query block
+             Case((randint(g, 3, 6) * b, randint(g, 1, 2) * b, b))]                      # more queries than keys
     # Fewer queries than keys, the diagonal inside the tiles; redrawn until the top-left mask
     # counts differently (by chance it can give the same number), and until deciding a block's
     # key blocks from its first query differs from counting one key block short (they agree on
     # every block whose keys cross one block boundary), so that each of these mistakes shows.
     for _ in range(200):
-        tq = _int(g, 1, 3) * b + _int(g, 1, b - 1)
-        tk = tq + _int(g, 1, 3) * b + _int(g, 1, b - 1)
+        tq = randint(g, 1, 3) * b + randint(g, 1, b - 1)
+        tk = tq + randint(g, 1, 3) * b + randint(g, 1, b - 1)
         first, short = _ws_general(tq, tk, b, first_row=True), _ws_general(tq, tk, b, extra_block=-1)
         if _ws_general(tq, tk, b, offset=0) != wasted_scores(tq, tk, b) and first not in (short, wasted_scores(tq, tk, b)):
             break
@@ -334,12 +335,14 @@ WASTED = Exercise(
     id="flash.wasted_scores", title="Scores computed for nothing", lesson="10-flash-attention",
     function="wasted_scores", params=("q_len", "k_len", "block_size"), points=4, answer="int",
     reference=wasted_scores, public=_ws_public, hidden=_ws_hidden, public_seed=1005,
+    section="The tiles, step by step",
     mistakes=(
         Mistake("skipped tiles are never computed: count the entries of the visited tiles only",
                 lambda tq, tk, b: _ws_general(tq, tk, b, skip=False), name="skipped-tiles-counted"),
         Mistake("align the mask bottom-right: the queries are the last q_len positions, so query i "
                 "sees keys up to i + k_len - q_len, not up to i", lambda tq, tk, b: _ws_general(tq, tk, b, offset=0),
-                name="top-left"),
+                name="top-left",
+                section="05-causal-masking: Pitfall 4: fewer queries than keys, and where the triangle sits"),
         Mistake("count the key blocks 0 .. last_key // block_size: that is last_key // block_size + 1 "
                 "blocks, one more than last_key // block_size",
                 lambda tq, tk, b: _ws_general(tq, tk, b, extra_block=-1), name="one-block-short"),
@@ -414,26 +417,21 @@ def _window_variant(q, k, v, window, block_size, *, lower=None, align=True, resc
     return acc / l
 
 
-def _other_size(g, low, high, avoid):
-    choices = [n for n in range(low, high + 1) if n not in avoid]
-    return choices[_int(g, 0, len(choices) - 1)]
-
-
 def _window_case(g, tq, tk, d, dv, window, block, dtype=torch.float32, extreme=False, note=""):
     """q (tq, d), k (tk, d), v (tk, dv). With ``extreme``, the keys point along one unit vector u
     with distinct lengths (20 to 40); query 0 is 100 u and query 1 is -100 u: every score of
     row 0 is above 1000 (exp overflows without the max), every score of row 1 below -1000 (a
     max shared with row 0 makes it underflow to 0 / 0)."""
     if extreme:
-        u = _randn(g, d, dtype=torch.float64)
+        u = randn(g, d, dtype=torch.float64)
         u = u / u.norm()
         lengths = torch.linspace(20.0, 40.0, tk, dtype=torch.float64)[torch.randperm(tk, generator=g)]
-        k = lengths[:, None] * u + 0.1 * _randn(g, tk, d, dtype=torch.float64)
-        q = _randn(g, tq, d, dtype=torch.float64)
+        k = lengths[:, None] * u + 0.1 * randn(g, tk, d, dtype=torch.float64)
+        q = randn(g, tq, d, dtype=torch.float64)
         q[-1], q[-2] = 100.0 * u, -100.0 * u        # the last queries: they see keys whatever the shapes
     else:
-        q, k = _randn(g, tq, d, dtype=torch.float64, scale=1.5), _randn(g, tk, d, dtype=torch.float64, scale=1.5)
-    return Case((q.to(dtype), k.to(dtype), _randn(g, tk, dv, dtype=dtype), window, block), note=note)
+        q, k = randn(g, tq, d, dtype=torch.float64, scale=1.5), randn(g, tk, d, dtype=torch.float64, scale=1.5)
+    return Case((q.to(dtype), k.to(dtype), randn(g, tk, dv, dtype=dtype), window, block), note=note)
 
 
 def _window_public(g):
@@ -449,11 +447,11 @@ def _window_hidden(g):
     cases = []
     for extreme, more_queries, dtype in ((True, False, torch.float32), (False, True, torch.float64),
                                          (True, False, torch.float64)):
-        d, dv, block = _int(g, 2, 5), _int(g, 1, 4), _int(g, 2, 4)
-        tk = _other_size(g, block + 3, 14, (d, dv))
-        tq = (_other_size(g, tk + 2, tk + 5, (d, dv, block)) if more_queries
-              else _other_size(g, 3, tk, (d, dv, block)))
-        window = _int(g, 2, max(2, tk - 2))
+        d, dv, block = randint(g, 2, 5), randint(g, 1, 4), randint(g, 2, 4)
+        tk = other_than(g, block + 3, 14, (d, dv))
+        tq = (other_than(g, tk + 2, tk + 5, (d, dv, block)) if more_queries
+              else other_than(g, 3, tk, (d, dv, block)))
+        window = randint(g, 2, max(2, tk - 2))
         cases.append(_window_case(g, tq, tk, d, dv, window, block, dtype, extreme=extreme))
     return cases
 
@@ -474,13 +472,10 @@ def _window_audit(case, ops):
 
 
 def _window_explain(case, outcome):
-    if outcome.status == "value" and outcome.value.kind == "tensor":
-        import numpy as np
-
-        if np.isnan(outcome.value.data.astype(np.float64)).any():
-            return ("a row that has seen only masked keys has m = -inf, and exp(m - m_new) = "
-                    "exp(-inf - (-inf)) is NaN: shift such rows by 0 instead; a query whose window "
-                    "holds no key at all (Tq > Tk) returns zeros, not 0 / 0")
+    if returned_nan(outcome):
+        return ("a row that has seen only masked keys has m = -inf, and exp(m - m_new) = "
+                "exp(-inf - (-inf)) is NaN: shift such rows by 0 instead; a query whose window "
+                "holds no key at all (Tq > Tk) returns zeros, not 0 / 0")
     return None
 
 
@@ -489,22 +484,27 @@ TILED_WINDOW = Exercise(
     function="tiled_window_forward", params=("q", "k", "v", "window", "block_size"), points=6,
     reference=tiled_window_forward, public=_window_public, hidden=_window_hidden, public_seed=1006,
     audit=_window_audit, explain=_window_explain,
+    section="The tiles, step by step",
     mistakes=(
         Mistake("the window holds `window` keys including the query's own position: p - window < j, "
                 "not p - window <= j", lambda *a: _window_variant(*a, lower=lambda j, p, w: j >= p - w),
                 name="window-one-too-wide"),
         Mistake("align bottom-right: with Tq != Tk, query i sits at position p = i + Tk - Tq, not at i",
-                lambda *a: _window_variant(*a, align=False), name="top-left"),
+                lambda *a: _window_variant(*a, align=False), name="top-left",
+                section="05-causal-masking: Pitfall 4: fewer queries than keys, and where the triangle sits"),
         Mistake("a sliding window also hides the keys before p - window + 1: this is the plain causal mask",
                 lambda *a: _window_variant(*a, lower=lambda j, p, w: j >= 0), name="no-window"),
         Mistake("one running max per query row: a max shared by all the rows of a tile makes the rows "
                 "far below it underflow to 0 / 0", lambda *a: _window_variant(*a, shared_max=True),
-                name="one-max-per-tile"),
+                name="one-max-per-tile",
+                section="The online softmax"),
         Mistake("when the max grows, the output accumulated so far must shrink like the sum: multiply "
                 "acc by exp(m - m_new) too", lambda *a: _window_variant(*a, rescale_acc=False),
-                name="acc-not-rescaled"),
+                name="acc-not-rescaled",
+                section="The online softmax"),
         Mistake("scale the scores by 1 / sqrt(d) before the exponentials", lambda *a: _window_variant(*a, scale=False),
-                name="no-scale"),
+                name="no-scale",
+                section="01-one-head: Why divide by $\\sqrt{d_h}$?"),
         Mistake("the window holds `window` keys ending at the query's own position: p - window < j <= p, not "
                 "one position further back", lambda *a: _window_variant(*a, lower=lambda j, p, w: j > p - w - 1,
                                                                          upper_offset=-1), name="window-one-behind"),

@@ -8,8 +8,8 @@ import math
 
 import torch
 
-from ._core import Case, Exercise, Mistake
-from .heads import _int
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import randint
 
 
 # ---------------------------------------------------------------- 1. FLOPs of a cross-attention layer
@@ -35,13 +35,13 @@ def _cross_flops_hidden(g):
     # was); T, S and C all different, so that counting the projections on the wrong side shows.
     cases = []
     for _ in range(3):
-        h = _int(g, 3, 16)
-        C = h * _int(g, 1, 64)
-        T = _int(g, 1, 2048)
-        S = _int(g, 1, 2048)
+        h = randint(g, 3, 16)
+        C = h * randint(g, 1, 64)
+        T = randint(g, 1, 2048)
+        S = randint(g, 1, 2048)
         while S in (T, C) or T == C:
             S, T = S + 1, T + 2
-        cases.append(Case((_int(g, 3, 8), T, S, C, h)))
+        cases.append(Case((randint(g, 3, 8), T, S, C, h)))
     return cases
 
 
@@ -59,6 +59,7 @@ CROSS_FLOPS = Exercise(
     function="cross_layer_flops", params=("batch", "tgt_len", "src_len", "embed_dim", "num_heads"), points=3,
     reference=cross_layer_flops, public=_cross_flops_public, hidden=_cross_flops_hidden, answer="int",
     public_seed=901,
+    section="Counting the FLOPs of one layer",
     mistakes=(
         Mistake("a multiply-add is two floating-point operations: an (m, k) @ (k, n) product "
                 "costs 2 m k n FLOPs, not m k n", lambda *a: _cross_flops(*a, mac=1), name="mac-counts-one"),
@@ -105,19 +106,20 @@ def _cross_public(g):
 def _cross_hidden(g):
     # The first case shares K/V heads (g < h), so that ignoring GQA shows; the second is
     # plain multi-head attention.
-    g1, r = _int(g, 2, 8), _int(g, 3, 8)   # r >= 3: with r = 2, 2C = C + 2 g d_h
+    g1, r = randint(g, 2, 8), randint(g, 3, 8)   # r >= 3: with r = 2, 2C = C + 2 g d_h
     h1 = g1 * r
-    h2 = _int(g, 1, 16)
-    g3 = _int(g, 1, 8)
-    h3 = g3 * _int(g, 1, 4)
-    return [Case((h1 * 16 * _int(g, 1, 16), h1, g1)), Case((h2 * 16 * _int(g, 1, 16), h2, h2)),
-            Case((h3 * 16 * _int(g, 1, 16), h3, g3))]
+    h2 = randint(g, 1, 16)
+    g3 = randint(g, 1, 8)
+    h3 = g3 * randint(g, 1, 4)
+    return [Case((h1 * 16 * randint(g, 1, 16), h1, g1)), Case((h2 * 16 * randint(g, 1, 16), h2, h2)),
+            Case((h3 * 16 * randint(g, 1, 16), h3, g3))]
 
 
 CROSSOVER = Exercise(
     id="cost.crossover_length", title="Where the T^2 part takes over", lesson="09-cost-of-attention",
     function="crossover_length", params=("embed_dim", "num_heads", "num_kv_heads"), points=3,
     reference=crossover_length, public=_cross_public, hidden=_cross_hidden, answer="int", public_seed=902,
+    section="When does the $T^2$ part take over?",
     mistakes=(
         Mistake("keep the constants: the four projections cost 8 T C^2 and the two T^2 matmuls "
                 "4 T^2 C, so plain multi-head attention crosses at T = 2C, not at T = C",
@@ -168,13 +170,13 @@ def _bw_hidden(g):
     # T != C, at least three heads (the per-head T^2 count differs from every other mistake),
     # one case with and one without the input's gradient
     cases = []
-    for x_grad in (True, False, bool(_int(g, 0, 1))):
-        h = _int(g, 3, 16)
-        C = h * _int(g, 1, 64)
-        T = _int(g, 1, 2048)
+    for x_grad in (True, False, bool(randint(g, 0, 1))):
+        h = randint(g, 3, 16)
+        C = h * randint(g, 1, 64)
+        T = randint(g, 1, 2048)
         if T == C:
             T += 1
-        cases.append(Case((_int(g, 1, 8), T, C, h, x_grad)))
+        cases.append(Case((randint(g, 1, 8), T, C, h, x_grad)))
     return cases
 
 
@@ -182,6 +184,7 @@ BACKWARD_FLOPS = Exercise(
     id="cost.backward_flops", title="FLOPs of the backward pass", lesson="09-cost-of-attention",
     function="backward_flops", params=("batch", "seq_len", "embed_dim", "num_heads", "input_grad"),
     points=3, reference=backward_flops, public=_bw_public, hidden=_bw_hidden, answer="int", public_seed=905,
+    section="What each path keeps for the backward pass",
     mistakes=(
         Mistake("each linear map has two gradients to compute, of its weight and of its input, one "
                 "matmul of the forward's size each: the backward is not the same count as the forward",
@@ -240,7 +243,7 @@ def _slope_public(g):
 
 def _slope_hidden(g):
     # noisy points, so that the end points alone give another slope than the fit
-    return [Case(_power_law(g, _int(g, 4, 8), 2.0 * float(torch.rand(1, generator=g)) + 0.5, 0.2))
+    return [Case(_power_law(g, randint(g, 4, 8), 2.0 * float(torch.rand(1, generator=g)) + 0.5, 0.2))
             for _ in range(3)]
 
 
@@ -274,6 +277,7 @@ SLOPE = Exercise(
     id="cost.loglog_slope", title="The exponent of a power law", lesson="09-cost-of-attention",
     function="loglog_slope", params=("x", "y"), points=3,
     reference=loglog_slope, public=_slope_public, hidden=_slope_hidden, public_seed=904,
+    section="Time against length",
     mistakes=(
         Mistake("fit all the points by least squares: the slope between the first and the last "
                 "point ignores the others and follows their noise", _endpoints, name="end-points"),
@@ -312,6 +316,7 @@ FLOP_GROWTH = Exercise(
     id="cost.flop_growth", title="Predict: how the count grows", lesson="09-cost-of-attention",
     function="flop_growth", params=(), points=2, reference=flop_growth, answer="number", tolerance=0.05,
     public=lambda g: [Case((), note="T from 512 to 2048 at C = 512")], hidden=lambda g: [], public_seed=906,
+    section="When does the $T^2$ part take over?",
     mistakes=(
         Mistake("4 is how the projections grow, linearly in T; the T^2 part grows 16 times, so the layer "
                 "grows faster than that", lambda: 4.0, name="linear"),

@@ -7,8 +7,9 @@ import math
 
 import torch
 
-from ._core import Case, Exercise, Mistake
-from .heads import _int, _randn
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import randint, randn, returned_nan
+
 
 LESSON = "11-kv-cache-gqa-mla"
 
@@ -27,12 +28,12 @@ def gqa_from_mha(w: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Te
 
 
 def _pool_case(g, h, groups, d, c, dtype=torch.float32):
-    return Case((_randn(g, h * d, c, dtype=dtype), h, groups))
+    return Case((randn(g, h * d, c, dtype=dtype), h, groups))
 
 
 def _pool_public(g):
     return [_pool_case(g, 4, 2, 2, 3), _pool_case(g, 6, 3, 2, 4, torch.float64), _pool_case(g, 4, 1, 3, 2),
-            Case((_randn(g, 8, 5), 4, 3), raises="ValueError", names=("num_kv_heads",),
+            Case((randn(g, 8, 5), 4, 3), raises="ValueError", names=("num_kv_heads",),
                  note="3 key/value heads cannot be shared by 4 query heads")]
 
 
@@ -41,14 +42,14 @@ def _pool_hidden(g):
     # grouping, a sum and pooling the wrong axis all differ
     cases = []
     for dt in (torch.float32, torch.float64):
-        groups, per, d = _int(g, 2, 3), _int(g, 2, 3), _int(g, 2, 4)
-        c = _int(g, 2, 9)
+        groups, per, d = randint(g, 2, 3), randint(g, 2, 3), randint(g, 2, 4)
+        c = randint(g, 2, 9)
         while c == groups * per * d:
             c += 1
         cases.append(_pool_case(g, groups * per, groups, d, c, dt))
-    h = _int(g, 2, 6) * 2
+    h = randint(g, 2, 6) * 2
     bad = next(x for x in range(3, h + 2) if h % x)
-    cases.append(Case((_randn(g, h * 2, 3), h, bad), raises="ValueError", names=("num_kv_heads",),
+    cases.append(Case((randn(g, h * 2, 3), h, bad), raises="ValueError", names=("num_kv_heads",),
                       note="num_kv_heads does not divide num_heads"))
     return cases
 
@@ -75,6 +76,7 @@ GQA_FROM_MHA = Exercise(
     id="decode.gqa_from_mha", title="Grouped-query attention from a multi-head checkpoint", lesson=LESSON,
     function="gqa_from_mha", params=("w", "num_heads", "num_kv_heads"), points=4,
     reference=gqa_from_mha, public=_pool_public, hidden=_pool_hidden, public_seed=1105,
+    section="Fewer key/value heads: MQA and GQA",
     mistakes=(
         Mistake("key head j serves the CONSECUTIVE query heads j * (h // g) .. (j + 1) * (h // g) - 1 "
                 "(repeat_interleave's grouping): average those, not the heads j, j + g, j + 2g, ...",
@@ -136,19 +138,19 @@ def _rope_reassembled_by_halves(x, positions, base):
 
 
 def _rope_public(g):
-    return [Case((_randn(g, 4, 4), torch.arange(4), 10000.0), note="positions 0..3, d = 4"),
-            Case((_randn(g, 3, 8, dtype=torch.float64), torch.tensor([5, 6, 7]), 100.0),
+    return [Case((randn(g, 4, 4), torch.arange(4), 10000.0), note="positions 0..3, d = 4"),
+            Case((randn(g, 3, 8, dtype=torch.float64), torch.tensor([5, 6, 7]), 100.0),
                  note="positions that start at 5 (tokens after a cache)"),
-            Case((_randn(g, 5, 6), torch.arange(5), 10.0), note="base 10")]
+            Case((randn(g, 5, 6), torch.arange(5), 10.0), note="base 10")]
 
 
 def _rope_hidden(g):
     cases = []
     for dtype in (torch.float32, torch.float64, torch.float32):
-        t, d = _int(g, 2, 7), 2 * _int(g, 2, 6)                  # d >= 4: both layouts and exponents differ
-        start = _int(g, 1, 50)                                   # positions never start at 0
-        base = (10.0, 100.0, 10000.0)[_int(g, 0, 2)]
-        cases.append(Case((_randn(g, t, d, dtype=dtype), torch.arange(start, start + t), base)))
+        t, d = randint(g, 2, 7), 2 * randint(g, 2, 6)                  # d >= 4: both layouts and exponents differ
+        start = randint(g, 1, 50)                                   # positions never start at 0
+        base = (10.0, 100.0, 10000.0)[randint(g, 0, 2)]
+        cases.append(Case((randn(g, t, d, dtype=dtype), torch.arange(start, start + t), base)))
     return cases
 
 
@@ -172,6 +174,7 @@ ROPE = Exercise(
     id="decode.rope_rotate", title="Rotary position embedding", lesson=LESSON,
     function="rope_rotate", params=("x", "positions", "base"), points=4,
     reference=rope_rotate, public=_rope_public, hidden=_rope_hidden, public_seed=1102,
+    section="Rotary position embeddings (RoPE)",
     mistakes=(
         Mistake("that is the 'half' layout, pairs (i, i + d/2); this exercise asks for the interleaved "
                 "layout, pairs (2i, 2i + 1): x[:, 0::2] and x[:, 1::2]",
@@ -181,7 +184,8 @@ ROPE = Exercise(
         Mistake("the rotation goes the other way: (x1 cos a - x2 sin a, x1 sin a + x2 cos a)",
                 lambda x, p, b: _rope_general(x, p, b, sign=-1.0), name="rotation-reversed"),
         Mistake("rotate row t by the position given in positions[t], not by t",
-                lambda x, p, b: rope_rotate(x, torch.arange(x.shape[0]), b), name="row-index-not-position"),
+                lambda x, p, b: rope_rotate(x, torch.arange(x.shape[0]), b), name="row-index-not-position",
+                section="RoPE meets the KV cache"),
         Mistake("the exponent is counted twice: torch.arange(0, d, 2) already holds 2i, so theta = "
                 "base ** (-arange(0, d, 2) / d); multiplying by 2 again gives base ** (-4i / d)",
                 lambda x, p, b: _rope_general(x, p, b, exponent=4.0), name="exponent-doubled"),
@@ -221,14 +225,14 @@ def _mla_hidden(g):
     # shows), and one that is exactly a whole number
     cases = []
     for remainder in ("large", "any", "none"):
-        L, B, e = _int(g, 5, 40), _int(g, 2, 16), _int(g, 2, 4)   # L > e always
+        L, B, e = randint(g, 5, 40), randint(g, 2, 16), randint(g, 2, 4)   # L > e always
         while B in (L, e):
             B += 1
-        d_h = 16 * _int(g, 1, 8)
-        h, dc, dr = _int(g, 2, 64), d_h * _int(g, 1, 6), 2 * _int(g, 1, 32)
+        d_h = 16 * randint(g, 1, 8)
+        h, dc, dr = randint(g, 2, 64), d_h * randint(g, 1, 6), 2 * randint(g, 1, 32)
         per_token = L * (dc + dr) * B * e
-        tokens = _int(g, 1, 20000)
-        extra = {"large": _int(g, per_token // 2 + 1, per_token - 1), "any": _int(g, 1, per_token - 1), "none": 0}
+        tokens = randint(g, 1, 20000)
+        extra = {"large": randint(g, per_token // 2 + 1, per_token - 1), "any": randint(g, 1, per_token - 1), "none": 0}
         memory = per_token * tokens + extra[remainder]     # "large": rounding to the nearest token shows
         cases.append(Case((memory, L, h, d_h, dc, dr, B, e)))
     return cases
@@ -246,6 +250,7 @@ MLA_CONTEXT = Exercise(
             "bytes_per_element"),
     points=3, reference=mla_max_context, public=_mla_public, hidden=_mla_hidden, answer="int",
     public_seed=1103, dtypes=(),
+    section="Multi-head latent attention (MLA)",
     mistakes=(
         Mistake("the decoupled RoPE key is cached too: kv_latent_dim + rope_dim values per token and layer",
                 lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, e, dc), name="no-rope-key"),
@@ -255,9 +260,11 @@ MLA_CONTEXT = Exercise(
                 lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, e, 2 * dc + dr), name="latent-twice"),
         Mistake("that is the cache of plain multi-head attention, 2 * num_heads * head_dim per token: "
                 "MLA stores the latent instead",
-                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, e, 2 * h * d), name="mha-cache"),
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, B, e, 2 * h * d), name="mha-cache",
+                section="The cache of published models"),
         Mistake("every layer has its own cache: multiply by layers",
-                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, 1, B, e, dc + dr), name="one-layer"),
+                lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, 1, B, e, dc + dr), name="one-layer",
+                section="The cache of published models"),
         Mistake("every sequence of the batch has its own cache: multiply by batch",
                 lambda M, L, h, d, dc, dr, B, e: _mla_tokens(M, L, 1, e, dc + dr), name="one-sequence"),
         Mistake("count bytes, not numbers: multiply by bytes_per_element",
@@ -323,7 +330,7 @@ def _step_variant(q, kc, vc, kn, vn, *, diagonal=None, scale=True, multiply=Fals
 
 
 def _step_case(g, b, h, tc, tn, d, dtype=torch.float32):
-    return Case(tuple(_randn(g, b, h, t, d, dtype=dtype, scale=1.5) for t in (tn, tc, tc, tn, tn)))
+    return Case(tuple(randn(g, b, h, t, d, dtype=dtype, scale=1.5) for t in (tn, tc, tc, tn, tn)))
 
 
 def _step_public(g):
@@ -336,22 +343,19 @@ def _step_hidden(g):
     # Tc = Tn + 1 it is the mask without the diagonal, with Tc = 1 that one is top-left)
     cases = []
     for dtype in (torch.float32, torch.float64, torch.float32):
-        tn = _int(g, 2, 4)
-        tc = _int(g, 2, 6)
+        tn = randint(g, 2, 4)
+        tc = randint(g, 2, 6)
         if tc in (tn, tn + 1):
             tc = tn + 2
-        cases.append(_step_case(g, _int(g, 1, 2), _int(g, 1, 3), tc, tn, _int(g, 2, 8), dtype))
+        cases.append(_step_case(g, randint(g, 1, 2), randint(g, 1, 3), tc, tn, randint(g, 2, 8), dtype))
     return cases
 
 
 def _step_explain(case, outcome):
-    if outcome.status == "value" and outcome.value.kind == "tensor":
-        import numpy as np
-
-        if np.isnan(outcome.value.data.astype(np.float64)).any():
-            return ("a row whose keys are all blocked is all -inf, and its softmax is 0 / 0 = NaN; every new token "
-                    "may see the whole cache, so no row should be empty: is your mask True = may attend, and "
-                    "does masked_fill get the blocked entries?")
+    if returned_nan(outcome):
+        return ("a row whose keys are all blocked is all -inf, and its softmax is 0 / 0 = NaN; every new token "
+                "may see the whole cache, so no row should be empty: is your mask True = may attend, and "
+                "does masked_fill get the blocked entries?")
     return None
 
 
@@ -359,6 +363,7 @@ STEP = Exercise(
     id="decode.decode_step", title="One decoding step with a cache", lesson=LESSON,
     function="decode_step", params=("q", "k_cache", "v_cache", "k_new", "v_new"), points=4,
     reference=decode_step, public=_step_public, hidden=_step_hidden, public_seed=1104,
+    section="Decoding with a KV cache",
     mistakes=(
         Mistake("align the causal mask bottom-right: new token i sits at position Tc + i and may see "
                 "every cached key; a top-left mask (what is_causal=True of torch's fused attention does "

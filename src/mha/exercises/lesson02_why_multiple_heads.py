@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from ._core import Case, Exercise, Mistake
-from .heads import NO_MHA, _int, _randn
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import randint, randn
+
+from .common import NO_MHA
 
 
 def _concat(head_outputs: torch.Tensor) -> torch.Tensor:
@@ -17,7 +19,7 @@ def _concat(head_outputs: torch.Tensor) -> torch.Tensor:
 
 def _heads_case(g, h, T, d, dtype=torch.float32, *extra):
     c = h * d
-    return Case((_randn(g, h, T, d, dtype=dtype), _randn(g, c, c, dtype=dtype, scale=c ** -0.5), *extra))
+    return Case((randn(g, h, T, d, dtype=dtype), randn(g, c, c, dtype=dtype, scale=c ** -0.5), *extra))
 
 
 # ---------------------------------------------------------------- 1. combine the heads
@@ -32,7 +34,7 @@ def _combine_public(g):
 
 
 def _combine_hidden(g):
-    return [_heads_case(g, _int(g, 2, 4), _int(g, 2, 6), _int(g, 2, 5), dt)
+    return [_heads_case(g, randint(g, 2, 4), randint(g, 2, 6), randint(g, 2, 5), dt)
             for dt in (torch.float32, torch.float64, torch.float32)]
 
 
@@ -40,6 +42,7 @@ COMBINE = Exercise(
     id="why.combine_heads", title="Combine the heads through W_O", lesson="02-why-multiple-heads",
     function="combine_heads", params=("head_outputs", "w_o"), points=3,
     reference=combine_heads, public=_combine_public, hidden=_combine_hidden, public_seed=211,
+    section="Why one average is not enough",
     mistakes=(
         Mistake("the concatenated heads still go through the output projection: concat @ w_o",
                 lambda o, w: _concat(o), name="no-out-proj"),
@@ -100,12 +103,12 @@ def _ablate_public(g):
 def _ablate_hidden(g):
     cases = []
     for dt in (torch.float32, torch.float64, torch.float32):
-        h = _int(g, 2, 4)
-        cases.append(_heads_case(g, h, _int(g, 2, 6), _int(g, 2, 4), dt, _int(g, 0, h - 1)))
-    h = _int(g, 2, 4)                             # a head that is not the last one, always
-    cases[-1] = _heads_case(g, h, _int(g, 2, 6), _int(g, 2, 4), torch.float32, _int(g, 0, h - 2))
-    h = _int(g, 3, 4)                             # and one that is not the first, of three or more
-    cases[0] = _heads_case(g, h, _int(g, 2, 6), _int(g, 2, 4), torch.float32, _int(g, 1, h - 1))
+        h = randint(g, 2, 4)
+        cases.append(_heads_case(g, h, randint(g, 2, 6), randint(g, 2, 4), dt, randint(g, 0, h - 1)))
+    h = randint(g, 2, 4)                             # a head that is not the last one, always
+    cases[-1] = _heads_case(g, h, randint(g, 2, 6), randint(g, 2, 4), torch.float32, randint(g, 0, h - 2))
+    h = randint(g, 3, 4)                             # and one that is not the first, of three or more
+    cases[0] = _heads_case(g, h, randint(g, 2, 6), randint(g, 2, 4), torch.float32, randint(g, 1, h - 1))
     return cases
 
 
@@ -113,6 +116,7 @@ ABLATE = Exercise(
     id="why.ablate_head", title="Remove one head", lesson="02-why-multiple-heads",
     function="ablate_head", params=("head_outputs", "w_o", "head"), points=3,
     reference=ablate_head, public=_ablate_public, hidden=_ablate_hidden, public_seed=212,
+    section="The experiment",
     mistakes=(
         Mistake("in concat @ w_o, head i is read by the ROWS [i * d_h, (i + 1) * d_h) of w_o: zero "
                 "those rows, not the columns", _zero_columns, name="zero-columns"),
@@ -140,7 +144,7 @@ def attention_share(weights: torch.Tensor, positions: torch.Tensor) -> torch.Ten
 
 
 def _weights(g, h, T, dtype):
-    return torch.softmax(_randn(g, h, T, T, dtype=torch.float64, scale=2.0), dim=-1).to(dtype)
+    return torch.softmax(randn(g, h, T, T, dtype=torch.float64, scale=2.0), dim=-1).to(dtype)
 
 
 def _share_case(g, h, T, dtype=torch.float32, positions=None):
@@ -159,14 +163,15 @@ def _share_public(g):
 
 
 def _share_hidden(g):
-    return [_share_case(g, _int(g, 2, 4), _int(g, 3, 8), dt) for dt in (torch.float32, torch.float64)] + [
-        _share_case(g, _int(g, 1, 3), 6, positions=torch.full((6,), _int(g, 0, 5)))]
+    return [_share_case(g, randint(g, 2, 4), randint(g, 3, 8), dt) for dt in (torch.float32, torch.float64)] + [
+        _share_case(g, randint(g, 1, 3), 6, positions=torch.full((6,), randint(g, 0, 5)))]
 
 
 SHARE = Exercise(
     id="why.attention_share", title="Where does a head look?", lesson="02-why-multiple-heads",
     function="attention_share", params=("weights", "positions"), points=3,
     reference=attention_share, public=_share_public, hidden=_share_hidden, public_seed=213,
+    section="Looking inside: what each head attends to",
     mistakes=(
         Mistake("weights[:, :, positions] takes those key columns for EVERY query; pick one key per "
                 "query: query i's weight on key positions[i]",

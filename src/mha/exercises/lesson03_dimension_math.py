@@ -3,10 +3,14 @@ sequence-first tensor as torch does, and the shapes."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from ._core import Case, Exercise, Mistake
-from .heads import _int, _randn
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import other_than, randint, randn
+
+from .common import NO_MHA
 
 
 # ---------------------------------------------------------------- 4. split heads
@@ -18,16 +22,16 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def _split_public(g):
-    return [Case((_randn(g, 2, 5, 8), 2)), Case((_randn(g, 1, 3, 12, dtype=torch.float64), 4)),
-            Case((_randn(g, 3, 4, 6), 1))]
+    return [Case((randn(g, 2, 5, 8), 2)), Case((randn(g, 1, 3, 12, dtype=torch.float64), 4)),
+            Case((randn(g, 3, 4, 6), 1))]
 
 
 def _split_hidden(g):
     # heads wider than 1 in the first case, so that a (B, T, d, h) split shows
     cases = []
     for least in (2, 1, 1):
-        h, d = _int(g, 2, 5), _int(g, least, 4)
-        cases.append(Case((_randn(g, _int(g, 1, 3), _int(g, 2, 6), h * d), h)))
+        h, d = randint(g, 2, 5), randint(g, least, 4)
+        cases.append(Case((randn(g, randint(g, 1, 3), randint(g, 2, 6), h * d), h)))
     return cases
 
 
@@ -44,6 +48,7 @@ SPLIT = Exercise(
     id="dims.split_heads", title="Split the heads", lesson="03-dimension-math",
     function="split_heads", params=("x", "num_heads"), points=3,
     reference=split_heads, public=_split_public, hidden=_split_hidden, public_seed=201,
+    section="Why view first, then transpose",
     mistakes=(
         Mistake("a direct view or reshape to (B, h, T, d) scrambles tokens across heads: "
                 "view as (B, T, h, d) first, then transpose(1, 2)",
@@ -66,7 +71,7 @@ def heads_into_batch(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def _hib_case(g, t, b, h, d, dtype=torch.float32, noncontiguous=()):
-    return Case((_randn(g, t, b, h * d, dtype=dtype), h), noncontiguous=noncontiguous)
+    return Case((randn(g, t, b, h * d, dtype=dtype), h), noncontiguous=noncontiguous)
 
 
 def _hib_public(g):
@@ -77,7 +82,7 @@ def _hib_public(g):
 def _hib_hidden(g):
     # T, B, h >= 2 and d >= 2 in every case, so every listed mistake moves some number; two
     # of the three arrive non-contiguous, as the statement allows
-    return [_hib_case(g, _int(g, 2, 6), _int(g, 2, 4), _int(g, 2, 4), _int(g, 2, 4), dt, nc)
+    return [_hib_case(g, randint(g, 2, 6), randint(g, 2, 4), randint(g, 2, 4), randint(g, 2, 4), dt, nc)
             for dt, nc in ((torch.float32, ()), (torch.float64, (0,)), (torch.float32, (0,)))]
 
 
@@ -107,9 +112,11 @@ HEADS_INTO_BATCH = Exercise(
     id="dims.heads_into_batch", title="Heads into the batch, sequence first", lesson="03-dimension-math",
     function="heads_into_batch", params=("x", "num_heads"), points=3,
     reference=heads_into_batch, public=_hib_public, hidden=_hib_hidden, public_seed=204,
+    section="Why view first, then transpose",
     mistakes=(
         Mistake("row b * h + i holds head i of sequence b: the heads of one sequence are neighbours "
-                "(batch-major), not row i * B + b", _hib_wrong("head-major"), name="head-major"),
+                "(batch-major), not row i * B + b", _hib_wrong("head-major"), name="head-major",
+                section="Batched matmul: all heads at once"),
         Mistake("x is sequence-first, (T, B, C): the time axis must end up second, behind the "
                 "batch-and-heads axis; a reshape alone mixes time and batch", _hib_wrong("direct"),
                 name="time-not-moved"),
@@ -149,11 +156,11 @@ def _shapes_public(g):
 
 
 def _shapes_hidden(g):
-    h = _int(g, 2, 12)
-    h2 = _int(g, 3, 7)
-    return [Case((_int(g, 1, 8), _int(g, 2, 64), h * _int(g, 1, 64), h)),
-            Case((_int(g, 1, 8), _int(g, 2, 64), 64 * h2, h2)),
-            Case((_int(g, 1, 8), _int(g, 2, 64), h2 * _int(g, 2, 30) + 1, h2), raises="ValueError",
+    h = randint(g, 2, 12)
+    h2 = randint(g, 3, 7)
+    return [Case((randint(g, 1, 8), randint(g, 2, 64), h * randint(g, 1, 64), h)),
+            Case((randint(g, 1, 8), randint(g, 2, 64), 64 * h2, h2)),
+            Case((randint(g, 1, 8), randint(g, 2, 64), h2 * randint(g, 2, 30) + 1, h2), raises="ValueError",
                  names=("embed_dim", "num_heads"), note="embed_dim not divisible by num_heads")]
 
 
@@ -161,6 +168,7 @@ SHAPES = Exercise(
     id="dims.shapes", title="Every shape in one place", lesson="03-dimension-math",
     function="shapes", params=("batch", "seq_len", "embed_dim", "num_heads"), points=3,
     reference=shapes, public=_shapes_public, hidden=_shapes_hidden, answer="shapes", public_seed=203,
+    section="One tensor, step by step",
     mistakes=(
         Mistake("each head has width embed_dim // num_heads", _shapes_wrong(heads_full=True), name="full-width-heads"),
         Mistake("every head has its own (T, T) score matrix: (B, h, T, T)", _shapes_wrong(no_head_axis=True),
@@ -190,6 +198,7 @@ WEIGHTS_MIB = Exercise(
     function="weights_mib", params=(), points=2, reference=weights_mib, answer="number", tolerance=0.1,
     public=lambda g: [Case((), note="GPT-2 small, one sequence of 1024 tokens, float32")], hidden=lambda g: [],
     public_seed=205,
+    section="Sizes of real models",
     mistakes=(
         Mistake("every head has its own (T, T) weights: the tensor is (B, h, T, T), 12 times one head's",
                 lambda: 1024 * 1024 * 4 / 2**20, name="one-head"),
@@ -204,4 +213,97 @@ WEIGHTS_MIB = Exercise(
     forbidden=("mha",), dtypes=(),
 )
 
-EXERCISES = (SPLIT, HEADS_INTO_BATCH, SHAPES, WEIGHTS_MIB)
+
+# ---------------------------------------------------------------- many query heads, one K/V head
+
+def multi_query_head(x, w_q, w_k, w_v, w_o, num_heads):
+    """Multi-query attention without a mask: x (B, T, C), w_q and w_o (C, C), w_k and w_v
+    (C, d) with d = C // num_heads: h query heads, one key head and one value head."""
+    B, T, C = x.shape
+    d = C // num_heads
+    q = (x @ w_q).view(B, T, num_heads, d).transpose(1, 2)                 # (B, h, T, d)
+    k, v = (x @ w_k)[:, None], (x @ w_v)[:, None]                           # (B, 1, T, d): shared
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1)  # (B, h, T, T)
+    heads = weights @ v                                                     # (B, h, T, d)
+    return heads.transpose(1, 2).reshape(B, T, C) @ w_o
+
+
+def _mqa_variant(x, w_q, w_k, w_v, w_o, h, *, split="right", merge="right", scale=None, project=True, dim=-1,
+                 w_o_t=False):
+    B, T, C = x.shape
+    d = C // h
+    q = x @ w_q
+    if split == "right":
+        q = q.view(B, T, h, d).transpose(1, 2)
+    elif split == "interleaved":                               # head i gets every h-th feature
+        q = q.view(B, T, d, h).permute(0, 3, 1, 2)
+    else:
+        q = q.reshape(B, h, T, d)
+    k, v = (x @ w_k)[:, None], (x @ w_v)[:, None]
+    out = torch.softmax(q @ k.transpose(-2, -1) / (scale or math.sqrt(d)), dim=dim) @ v
+    out = out.transpose(1, 2).reshape(B, T, C) if merge == "right" else out.reshape(B, T, C)
+    return out @ (w_o.T if w_o_t else w_o) if project else out
+
+
+def _mqa_case(g, b, t, h, d, dtype=torch.float32):
+    c = h * d
+    return Case((randn(g, b, t, c, dtype=dtype), randn(g, c, c, dtype=dtype, scale=c ** -0.5),
+                 randn(g, c, d, dtype=dtype, scale=c ** -0.5), randn(g, c, d, dtype=dtype, scale=c ** -0.5),
+                 randn(g, c, c, dtype=dtype, scale=c ** -0.5), h))
+
+
+def _mqa_public(g):
+    return [_mqa_case(g, 2, 5, 2, 4), _mqa_case(g, 1, 3, 4, 2, torch.float64), _mqa_case(g, 2, 4, 3, 3)]
+
+
+def _mqa_hidden(g):
+    # h >= 2, d >= 2 and T different from h in every case: a direct view of the queries or of
+    # the heads' outputs then scrambles tokens, and sqrt(C) differs from sqrt(d)
+    cases = []
+    for dt in (torch.float32, torch.float64, torch.float32):
+        h = randint(g, 2, 4)
+        cases.append(_mqa_case(g, randint(g, 1, 3), other_than(g, 2, 6, (h,)), h, randint(g, 2, 4), dt))
+    return cases
+
+
+def _mqa_explain(case, outcome):
+    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
+        return ("w_k and w_v have only d = C // num_heads columns: the keys and values form ONE head "
+                "(B, 1, T, d) that every query head reads; do not split them into heads")
+    return None
+
+
+MULTI_QUERY = Exercise(
+    id="heads.multi_query_head", title="Many query heads, one key head", lesson="03-dimension-math",
+    function="multi_query_head", params=("x", "w_q", "w_k", "w_v", "w_o", "num_heads"), points=6,
+    reference=multi_query_head, public=_mqa_public, hidden=_mqa_hidden, public_seed=105,
+    section="Why view first, then transpose",
+    mistakes=(
+        Mistake("after merging the heads, mix them with the output projection: merged @ w_o",
+                lambda *a: _mqa_variant(*a, project=False), name="no-out-proj",
+                section="One tensor, step by step"),
+        Mistake("view the queries (B, T, C) as (B, T, h, d) and then transpose to (B, h, T, d); a "
+                "direct view to (B, h, T, d) mixes tokens across heads",
+                lambda *a: _mqa_variant(*a, split="direct"), name="direct-view"),
+        Mistake("merge the heads back by transposing (B, h, T, d) to (B, T, h, d) before the reshape "
+                "to (B, T, C); a direct reshape mixes tokens across heads",
+                lambda *a: _mqa_variant(*a, merge="direct"), name="direct-merge"),
+        Mistake("each head has width d = C // num_heads: scale by sqrt(d), not sqrt(C)",
+                lambda *a: _mqa_variant(*a, scale=math.sqrt(a[0].shape[-1])), name="scale-by-c",
+                section="01-one-head: Why divide by $\\sqrt{d_h}$?"),
+        Mistake("divide the scores by sqrt(d), d = C // num_heads the width of a head, before the softmax",
+                lambda *a: _mqa_variant(*a, scale=1.0), name="no-scale"),
+        Mistake("w_o is applied as x @ W here, like w_q, w_k and w_v: merged @ w_o, not merged @ w_o.T",
+                lambda *a: _mqa_variant(*a, w_o_t=True), name="w-o-transposed"),
+        Mistake("the softmax runs over the keys, the last dimension: the scores are (B, h, T, T) and "
+                "dim=-2 normalises over the queries", lambda *a: _mqa_variant(*a, dim=-2),
+                name="softmax-over-queries"),
+        Mistake("head i owns the features i * d .. (i + 1) * d - 1: view the queries as (B, T, h, d), not "
+                "(B, T, d, h), which gives head i every h-th feature", lambda *a: _mqa_variant(*a, split="interleaved"),
+                name="heads-interleaved"),
+    ),
+    forbidden=NO_MHA, explain=_mqa_explain,
+)
+
+
+EXERCISES = (SPLIT, HEADS_INTO_BATCH, SHAPES, MULTI_QUERY, WEIGHTS_MIB)

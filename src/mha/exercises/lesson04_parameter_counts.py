@@ -3,8 +3,8 @@ heads a memory budget allows."""
 
 from __future__ import annotations
 
-from ._core import Case, Exercise, Mistake, separating
-from .heads import _int
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import randint, separating
 
 
 # ---------------------------------------------------------------- 7. MHA parameters
@@ -21,14 +21,15 @@ def _mha_public(g):
 
 def _mha_hidden(g):
     # at least one case with several heads (dividing by h shows) and one with biases
-    return [Case((h * _int(g, 1, 96), h, b)) for h, b in ((_int(g, 2, 16), True), (_int(g, 1, 16), False),
-                                                          (_int(g, 1, 16), True))]
+    return [Case((h * randint(g, 1, 96), h, b)) for h, b in ((randint(g, 2, 16), True), (randint(g, 1, 16), False),
+                                                          (randint(g, 1, 16), True))]
 
 
 MHA_PARAMS = Exercise(
     id="params.mha_params", title="Count the parameters", lesson="04-parameter-counts",
     function="mha_params", params=("embed_dim", "num_heads", "bias"), points=2,
     reference=mha_params, public=_mha_public, hidden=_mha_hidden, answer="int", public_seed=301,
+    section="The count does not depend on h",
     mistakes=(
         Mistake("with bias=True each of the four projections also has C biases",
                 lambda C, h, b: 4 * C * C, name="no-biases"),
@@ -69,16 +70,16 @@ def _cross_gqa_hidden(g):
     # g * d_h differs from C; kdim differs from C, from g * d_h, from h * g * d_h and from
     # C * h / g, so that every listed mistake changes the count, each differently.
     def draw(b):
-        groups, per = _int(g, 2, 4), _int(g, 2, 4)
+        groups, per = randint(g, 2, 4), randint(g, 2, 4)
         h = groups * per
-        d = _int(g, 2, 32)
+        d = randint(g, 2, 32)
         C, kv = h * d, groups * d
-        kdim = _int(g, 8, 4 * C)
+        kdim = randint(g, 8, 4 * C)
         while kdim in (C, kv, h * kv, C * per, 2 * C - kv):
             kdim += 1
         return Case((C, h, groups, kdim, b))
     # the first case redrawn until every listed mistake gives a count of its own there
-    return [separating(lambda: draw(True), CROSS_GQA_PARAMS), draw(False), draw(bool(_int(g, 0, 1)))]
+    return [separating(lambda: draw(True), CROSS_GQA_PARAMS), draw(False), draw(bool(randint(g, 0, 1)))]
 
 
 def _cross_gqa(C, h, g, kdim, b, *, kv_in=None, kv_out=None, q_in=None, o_small=False, kv_bias=None, bias=True):
@@ -94,11 +95,14 @@ CROSS_GQA_PARAMS = Exercise(
     id="params.cross_gqa_params", title="Parameters of grouped-query cross-attention", lesson="04-parameter-counts",
     function="cross_gqa_params", params=("embed_dim", "num_heads", "num_kv_heads", "kdim", "bias"), points=3,
     reference=cross_gqa_params, public=_cross_gqa_public, hidden=_cross_gqa_hidden, answer="int", public_seed=302,
+    section="Grouped-query and multi-query attention: fewer key and value weights",
     mistakes=(
         Mistake("the keys and values are made from the ENCODER's vectors: W_K and W_V read kdim features, "
-                "not embed_dim", lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_in=C), name="kv-read-embed-dim"),
+                "not embed_dim", lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_in=C), name="kv-read-embed-dim",
+                section="07-cross-attention: Inside cross-attention: `kdim` and `vdim`"),
         Mistake("the queries come from the decoder: W_Q reads embed_dim features, whatever kdim is",
-                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, q_in=k), name="q-reads-kdim"),
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, q_in=k), name="q-reads-kdim",
+                section="07-cross-attention: Inside cross-attention: `kdim` and `vdim`"),
         Mistake("with grouped-query attention W_K and W_V make only the num_kv_heads key/value heads, "
                 "num_kv_heads * d_h features, not embed_dim",
                 lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_out=C), name="kv-not-grouped"),
@@ -107,7 +111,8 @@ CROSS_GQA_PARAMS = Exercise(
                 lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_out=g * C), name="kv-heads-full-width"),
         Mistake("W_K and W_V change the width from kdim to num_kv_heads * d_h: their outputs are the key/value "
                 "heads, not kdim wide", lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_out=k),
-                name="kv-keep-kdim"),
+                name="kv-keep-kdim",
+                section="07-cross-attention: Inside cross-attention: `kdim` and `vdim`"),
         Mistake("only W_K and W_V shrink with fewer key/value heads: W_O maps the h query heads' outputs, "
                 "embed_dim features, to embed_dim", lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, o_small=True),
                 name="w-o-shrinks"),
@@ -115,7 +120,8 @@ CROSS_GQA_PARAMS = Exercise(
                 "* d_h + C", lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, bias=False), name="no-biases"),
         Mistake("a bias has one entry per OUTPUT feature: the K and V biases are num_kv_heads * d_h wide, "
                 "not kdim (their input) nor embed_dim",
-                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_bias=k), name="kv-bias-input-width"),
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_bias=k), name="kv-bias-input-width",
+                section="07-cross-attention: Inside cross-attention: `kdim` and `vdim`"),
         Mistake("the K and V biases are as wide as their outputs, num_kv_heads * d_h each, not embed_dim",
                 lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_bias=C), name="kv-bias-embed-dim"),
         Mistake("each projection has its own bias, one entry per output feature: C + 2 * num_kv_heads * d_h + C "
@@ -156,31 +162,31 @@ def _mkv_hidden(g):
     # case 2 (1 layer, 4 bytes) forgetting the bytes gives 4 d0. Case 3: the budget is exactly
     # what g heads take (<= is right, < is not). Case 4: any shape.
     cases = []
-    for layers, nbytes in ((_int(g, 5, 9), 1), (1, 4)):
-        m = _int(g, 5, 7)
-        d0 = 2 ** _int(g, 1, m - 4)
-        k = d0 + _int(g, 1, d0 - 1)
-        d, T, B = 16 * _int(g, 1, 8), _int(g, 1, 8192), _int(g, 1, 16)
+    for layers, nbytes in ((randint(g, 5, 9), 1), (1, 4)):
+        m = randint(g, 5, 7)
+        d0 = 2 ** randint(g, 1, m - 4)
+        k = d0 + randint(g, 1, d0 - 1)
+        d, T, B = 16 * randint(g, 1, 8), randint(g, 1, 8192), randint(g, 1, 16)
         unit = _kv_unit(layers, d, T, B, nbytes)
-        cases.append(Case((unit * k + _int(g, 0, unit - 1), layers, 2 ** m, d, T, B, nbytes)))
-    h = (12, 16, 24, 32, 40, 48)[_int(g, 0, 5)]
+        cases.append(Case((unit * k + randint(g, 0, unit - 1), layers, 2 ** m, d, T, B, nbytes)))
+    h = (12, 16, 24, 32, 40, 48)[randint(g, 0, 5)]
     divisors = [x for x in range(2, h + 1) if h % x == 0 and x & (x - 1) == 0]   # powers of two: so that
-    g2 = divisors[_int(g, 0, len(divisors) - 1)]                                 # "powers only" is right here
-    L, d, T, B, e = _int(g, 1, 40), 16 * _int(g, 1, 8), _int(g, 1, 8192), _int(g, 1, 16), _int(g, 1, 4)
+    g2 = divisors[randint(g, 0, len(divisors) - 1)]                                 # "powers only" is right here
+    L, d, T, B, e = randint(g, 1, 40), 16 * randint(g, 1, 8), randint(g, 1, 8192), randint(g, 1, 16), randint(g, 1, 4)
     cases.append(Case((_kv_unit(L, d, T, B, e) * g2, L, h, d, T, B, e)))
-    h = _int(g, 1, 64)
-    L, d, T, B, e = _int(g, 1, 80), 16 * _int(g, 1, 8), _int(g, 1, 32768), _int(g, 1, 16), _int(g, 1, 4)
-    cases.append(Case((_int(g, 0, _kv_unit(L, d, T, B, e) * h), L, h, d, T, B, e)))
+    h = randint(g, 1, 64)
+    L, d, T, B, e = randint(g, 1, 80), 16 * randint(g, 1, 8), randint(g, 1, 32768), randint(g, 1, 16), randint(g, 1, 4)
+    cases.append(Case((randint(g, 0, _kv_unit(L, d, T, B, e) * h), L, h, d, T, B, e)))
     # Case 5: a head count with divisors that are not powers of two (12 has 3 and 6), and room for
     # exactly t of them plus a remainder, t such a divisor: only the powers-of-two slip misses it.
-    h = (12, 20, 24, 40, 48)[_int(g, 0, 4)]
+    h = (12, 20, 24, 40, 48)[randint(g, 0, 4)]
     t = [x for x in range(3, h + 1) if h % x == 0 and x & (x - 1)][0]
-    L, d, T, B, e = _int(g, 1, 40), 16 * _int(g, 1, 8), _int(g, 1, 8192), _int(g, 1, 16), _int(g, 1, 4)
+    L, d, T, B, e = randint(g, 1, 40), 16 * randint(g, 1, 8), randint(g, 1, 8192), randint(g, 1, 16), randint(g, 1, 4)
     unit = _kv_unit(L, d, T, B, e)
-    cases.append(Case((unit * t + _int(g, 1, unit - 1), L, h, d, T, B, e)))
+    cases.append(Case((unit * t + randint(g, 1, unit - 1), L, h, d, T, B, e)))
     # Case 6: not even one key/value head fits, not even in a count that forgets the 2, the layers
     # or the bytes (so that only "never zero" answers 1 there).
-    cases.append(Case((_int(g, 0, unit // (2 * L * e) - 1), L, h, d, T, B, e)))
+    cases.append(Case((randint(g, 0, unit // (2 * L * e) - 1), L, h, d, T, B, e)))
     return cases
 
 
@@ -196,10 +202,12 @@ MAX_KV_HEADS = Exercise(
     function="max_kv_heads",
     params=("memory_bytes", "layers", "num_heads", "head_dim", "seq_len", "batch", "bytes_per_element"),
     points=3, reference=max_kv_heads, public=_mkv_public, hidden=_mkv_hidden, answer="int", public_seed=304,
+    section="A first look at the KV cache",
     mistakes=(
         Mistake("the number of K/V heads must divide num_heads (each K/V head serves num_heads // g "
                 "query heads): take the largest divisor that fits, not the largest count",
-                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, divisors=False), name="not-a-divisor"),
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, divisors=False), name="not-a-divisor",
+                section="Grouped-query and multi-query attention: fewer key and value weights"),
         Mistake("the cache stores two tensors, keys and values: each K/V head costs 2 * layers * head_dim "
                 "* seq_len * batch * bytes_per_element bytes",
                 lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=L * d * T * B * e),

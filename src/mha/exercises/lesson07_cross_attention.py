@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from ._core import Case, Exercise, Mistake, separating
-from .heads import _int, _randn
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import randint, randn, separating
 
 
 def _other_than(g: torch.Generator, low: int, high: int, avoid: int) -> int:
     """A random int in [low, high] different from ``avoid`` (the range must hold another)."""
-    value = _int(g, low, high - 1)
+    value = randint(g, low, high - 1)
     return value + 1 if value >= avoid else value
 
 
@@ -60,12 +60,12 @@ def _shapes_public(g):
 def _shapes_hidden(g):
     cases = []
     for _ in range(2):  # tgt_len != src_len and kdim // h != embed_dim // h: every mistake shows
-        h, d = _int(g, 2, 8), _int(g, 2, 32)
-        kdim = h * _other_than(g, 1, 48, d) + _int(g, 0, h - 1)
-        tq = _int(g, 1, 20)
-        cases.append(Case((_int(g, 1, 8), tq, _other_than(g, 1, 40, tq), h * d, kdim, h)))
-    h = _int(g, 3, 7)
-    cases.append(Case((_int(g, 1, 8), _int(g, 1, 20), _int(g, 1, 20), h * _int(g, 2, 30) + 1, _int(g, 4, 64), h),
+        h, d = randint(g, 2, 8), randint(g, 2, 32)
+        kdim = h * _other_than(g, 1, 48, d) + randint(g, 0, h - 1)
+        tq = randint(g, 1, 20)
+        cases.append(Case((randint(g, 1, 8), tq, _other_than(g, 1, 40, tq), h * d, kdim, h)))
+    h = randint(g, 3, 7)
+    cases.append(Case((randint(g, 1, 8), randint(g, 1, 20), randint(g, 1, 20), h * randint(g, 2, 30) + 1, randint(g, 4, 64), h),
                       raises="ValueError", note="embed_dim not divisible by num_heads"))
     return cases
 
@@ -76,6 +76,7 @@ CROSS_SHAPES = Exercise(
     params=("batch", "tgt_len", "src_len", "embed_dim", "kdim", "num_heads"), points=3,
     reference=cross_attention_shapes, public=_shapes_public, hidden=_shapes_hidden, answer="shapes",
     public_seed=701, dtypes=(),
+    section="Inside cross-attention: `kdim` and `vdim`",
     mistakes=(
         Mistake("the keys are projected from kdim to embed_dim before the split, so every head has "
                 "width embed_dim // num_heads, for the keys and values too", _shapes_wrong(head_from_kdim=True),
@@ -216,18 +217,18 @@ def _role_public(g):
 def _role_hidden(g):
     # Sequence 0 has a full source and a padded target, sequence 1 a padded source and a
     # padded target of length >= 2, tgt_len != src_len: each listed mistake changes some entry.
-    S, T = _int(g, 3, 9), _int(g, 3, 9)
+    S, T = randint(g, 3, 9), randint(g, 3, 9)
     if S == T:
         T += 1
-    B = _int(g, 2, 4)
+    B = randint(g, 2, 4)
     src = torch.randint(1, S + 1, (B,), generator=g)
     tgt = torch.randint(1, T + 1, (B,), generator=g)
-    src[0], tgt[0] = S, _int(g, 1, min(S, T) - 1)
-    src[1], tgt[1] = _int(g, 1, S - 1), _int(g, 2, T - 1)
+    src[0], tgt[0] = S, randint(g, 1, min(S, T) - 1)
+    src[1], tgt[1] = randint(g, 1, S - 1), randint(g, 2, T - 1)
     cases = _role_cases(src, tgt, S, T)
-    bad = ("self", "causal", "", "enc")[_int(g, 0, 3)]
+    bad = ("self", "causal", "", "enc")[randint(g, 0, 3)]
     cases.append(Case((bad, src, tgt, S, T), raises="ValueError", note="an unknown role"))
-    capitals = ("Encoder", "DECODER", "Cross", " cross")[_int(g, 0, 3)]    # in every grading, not by chance
+    capitals = ("Encoder", "DECODER", "Cross", " cross")[randint(g, 0, 3)]    # in every grading, not by chance
     cases.append(Case((capitals, src, tgt, S, T), raises="ValueError", note="a role in other letters"))
     return cases
 
@@ -248,20 +249,26 @@ ROLE_MASK = Exercise(
     id="cross.mask_for_role", title="The mask of each role", lesson="07-cross-attention",
     function="mask_for_role", params=("role", "src_lengths", "tgt_lengths", "src_len", "tgt_len"), points=5,
     reference=mask_for_role, public=_role_public, hidden=_role_hidden, public_seed=702, dtypes=(),
+    section="Which mask for which role",
     mistakes=(
         Mistake("True = may attend: a key is allowed when the mask is True",
-                lambda *a: ~mask_for_role(*a), name="true-means-blocked"),
+                lambda *a: ~mask_for_role(*a), name="true-means-blocked",
+                section="The same masks in PyTorch's modules"),
         Mistake("cross-attention takes no causal mask: the whole source is known before decoding "
                 "starts, so every target position may read every real source token",
-                _causal_on_cross("top-left"), name="causal-cross"),
+                _causal_on_cross("top-left"), name="causal-cross",
+                section="Pitfall: a causal mask on cross-attention"),
         Mistake("cross-attention takes no causal mask: the whole source is known before decoding "
                 "starts, so every target position may read every real source token",
-                _causal_on_cross("bottom-right"), name="causal-cross-aligned"),
+                _causal_on_cross("bottom-right"), name="causal-cross-aligned",
+                section="Pitfall: a causal mask on cross-attention"),
         Mistake("padding hides keys, the columns (last axis): a real query must never read a padded "
-                "key, whereas hiding query rows lets it", _padding_on_queries, name="padding-on-queries"),
+                "key, whereas hiding query rows lets it", _padding_on_queries, name="padding-on-queries",
+                section="Pitfall: padding on the query axis"),
         Mistake("padding hides keys only: a padded query row keeps the keys it may read (its output is "
                 "simply not used), so do not hide the rows of padded queries as well", _padding_on_both_axes,
-                name="padding-on-both-axes"),
+                name="padding-on-both-axes",
+                section="Pitfall: padding on the query axis"),
         Mistake("the decoder's self-attention is causal: target position i may not read target "
                 "positions after i", _decoder_not_causal, name="decoder-not-causal"),
         Mistake("keep the target's padding in the decoder's mask too: every padded key must be hidden "
@@ -293,7 +300,7 @@ def alignment_accuracy(weights: torch.Tensor, ideal: torch.Tensor, tgt_lengths: 
 
 def _planted(g, B, h, Tq, Tk, ideal, dtype, sharp=4.0):
     """Weights whose rows peak at key ideal[i] in head 0, and random rows in the other heads."""
-    scores = _randn(g, B, h, Tq, Tk, dtype=torch.float64)
+    scores = randn(g, B, h, Tq, Tk, dtype=torch.float64)
     scores[:, 0, torch.arange(Tq), ideal] += sharp
     return torch.softmax(scores, dim=-1).to(dtype)
 
@@ -306,7 +313,7 @@ def _lengths(g, B, T):
     """(B,) real target lengths: the first sequence full, the second padded by two or more, the
     rest random, so that counting the padded queries, or averaging per sequence, shows."""
     lengths = torch.randint(1, T + 1, (B,), generator=g)
-    lengths[0], lengths[1] = T, _int(g, 1, T - 2)
+    lengths[0], lengths[1] = T, randint(g, 1, T - 2)
     return lengths
 
 
@@ -323,21 +330,21 @@ def _align_public(g):
 def _align_hidden(g):
     # Case 0 plants a cyclic shift that is not its own inverse (2s != T mod T): the argmax over
     # queries then disagrees with the argmax over keys in the peaked head.
-    T = _int(g, 4, 9)
-    s = _int(g, 1, T - 1)
+    T = randint(g, 4, 9)
+    s = randint(g, 1, T - 1)
     if 2 * s == T:
         s = 1
-    B, h = _int(g, 2, 5), _int(g, 2, 4)
-    tq, tk = _int(g, 3, 8), _int(g, 2, 10)
+    B, h = randint(g, 2, 5), randint(g, 2, 4)
+    tq, tk = randint(g, 3, 8), randint(g, 2, 10)
     ideal = torch.randint(0, tk, (tq,), generator=g)
     ideal_t = torch.randint(0, T, (T,), generator=g)
-    b2, b3 = _int(g, 2, 4), _int(g, 2, 4)
+    b2, b3 = randint(g, 2, 4), randint(g, 2, 4)
     # the first case redrawn until every listed mistake answers differently from the others there
     first = separating(lambda: Case((_planted(g, B, h, T, T, _shift(T, s), torch.float32), _shift(T, s),
                                      _lengths(g, B, T))), ALIGNMENT)
     return [first,
-            Case((_planted(g, b2, _int(g, 1, 3), tq, tk, ideal, torch.float64), ideal, _lengths(g, b2, tq))),
-            Case((_planted(g, b3, _int(g, 2, 3), T, T, ideal_t, torch.float32, sharp=2.0), ideal_t,
+            Case((_planted(g, b2, randint(g, 1, 3), tq, tk, ideal, torch.float64), ideal, _lengths(g, b2, tq))),
+            Case((_planted(g, b3, randint(g, 2, 3), T, T, ideal_t, torch.float32, sharp=2.0), ideal_t,
                   _lengths(g, b3, T)))]
 
 
@@ -372,6 +379,7 @@ ALIGNMENT = Exercise(
     id="cross.alignment_accuracy", title="How close to the ideal alignment, padding left out",
     lesson="07-cross-attention", function="alignment_accuracy", params=("weights", "ideal", "tgt_lengths"),
     points=4, reference=alignment_accuracy, public=_align_public, hidden=_align_hidden, public_seed=703,
+    section="Where does the decoder look?",
     mistakes=(
         Mistake("a padded query is not a real (sequence, query) pair: leave out the queries i >= "
                 "tgt_lengths[b], in the count of hits and in what you divide by", _align_wrong("all-queries"),

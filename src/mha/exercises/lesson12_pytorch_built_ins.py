@@ -7,8 +7,8 @@ import math
 
 import torch
 
-from ._core import Case, Exercise, Mistake
-from .heads import _int
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import randint
 
 
 def _bools(g: torch.Generator, *shape: int, p_true: float) -> torch.Tensor:
@@ -42,15 +42,15 @@ def _tm_public(g):
 def _tm_hidden(g):
     # Case 1 is square, with a causal mask, a full sequence and a padded one: every mistake
     # (the query-axis one included, which needs Tq == Tk to run) gives a wrong answer there.
-    t, b = _int(g, 3, 7), _int(g, 2, 4)
+    t, b = randint(g, 3, 7), randint(g, 2, 4)
     lengths = torch.randint(1, t + 1, (b,), generator=g)
-    lengths[0], lengths[-1] = t, _int(g, 1, t - 1)
+    lengths[0], lengths[-1] = t, randint(g, 1, t - 1)
     cases = [Case((torch.ones(t, t, dtype=torch.bool).triu(1), _padding(lengths, t)))]
-    tq = _int(g, 1, 4)
-    tk = _int(g, tq + 1, 8)
-    cases.append(Case((_bools(g, tq, tk, p_true=0.4), _bools(g, _int(g, 1, 3), tk, p_true=0.3))))
-    t = _int(g, 2, 6)
-    cases.append(Case((_bools(g, t, t, p_true=0.4), _bools(g, _int(g, 1, 3), t, p_true=0.3))))
+    tq = randint(g, 1, 4)
+    tk = randint(g, tq + 1, 8)
+    cases.append(Case((_bools(g, tq, tk, p_true=0.4), _bools(g, randint(g, 1, 3), tk, p_true=0.3))))
+    t = randint(g, 2, 6)
+    cases.append(Case((_bools(g, t, t, p_true=0.4), _bools(g, randint(g, 1, 3), t, p_true=0.3))))
     return cases
 
 
@@ -67,6 +67,7 @@ TORCH_MASKS = Exercise(
     lesson="12-pytorch-built-ins", function="torch_masks_to_allowed",
     params=("attn_mask", "key_padding_mask"), points=3,
     reference=torch_masks_to_allowed, public=_tm_public, hidden=_tm_hidden, public_seed=1201,
+    section="Masks: `True` means *blocked*",
     mistakes=(
         Mistake("nn.MultiheadAttention's masks say True = blocked, the answer says True = may attend: "
                 "invert them (~)",
@@ -109,7 +110,7 @@ def _packed(g: torch.Generator, b: int, t: int, docs: int) -> torch.Tensor:
     for _ in range(b):
         cuts = sorted(torch.randperm(t - 1, generator=g)[: docs - 1].add(1).tolist())
         lengths = [e - s for s, e in zip([0] + cuts, cuts + [t])]
-        first = _int(g, 0, 5)
+        first = randint(g, 0, 5)
         rows.append(torch.cat([torch.full((n,), first + 2 * k) for k, n in enumerate(lengths)]))
     return torch.stack(rows)
 
@@ -122,10 +123,10 @@ def _dm_public(g):
 
 def _dm_hidden(g):
     # at least two documents of which one has two tokens or more, so that every mistake shows
-    t = _int(g, 5, 10)
-    return [Case((_packed(g, _int(g, 1, 3), t, _int(g, 2, 3)),)),
-            Case((_packed(g, 1, _int(g, 4, 9), 2),)),
-            Case((_packed(g, _int(g, 2, 4), _int(g, 6, 12), _int(g, 3, 4)),))]
+    t = randint(g, 5, 10)
+    return [Case((_packed(g, randint(g, 1, 3), t, randint(g, 2, 3)),)),
+            Case((_packed(g, 1, randint(g, 4, 9), 2),)),
+            Case((_packed(g, randint(g, 2, 4), randint(g, 6, 12), randint(g, 3, 4)),))]
 
 
 def _dm_explain(case, outcome):
@@ -161,6 +162,7 @@ DOCUMENT_MASK = Exercise(
     id="builtins.document_mask", title="A mask for packed documents",
     lesson="12-pytorch-built-ins", function="document_mask", params=("doc_ids",), points=4,
     reference=document_mask, public=_dm_public, hidden=_dm_hidden, public_seed=1204,
+    section="`flex_attention`: attention you describe in Python",
     mistakes=(
         Mistake("the documents are still read left to right: combine the document mask with the causal "
                 "mask (j <= i)", _dm_wrong("no-causal"), name="no-causal"),
@@ -169,7 +171,8 @@ DOCUMENT_MASK = Exercise(
         Mistake("a token may attend to itself: keep the diagonal (j <= i, not j < i)", _dm_wrong("no-diagonal"),
                 name="no-diagonal"),
         Mistake("True = may attend (the convention of SDPA and mha); your mask has True = blocked",
-                _dm_wrong("inverted"), name="true-means-blocked"),
+                _dm_wrong("inverted"), name="true-means-blocked",
+                section="Masks: `True` means *blocked*"),
         Mistake("each row of doc_ids is its own packed sequence: compare the ids within each row (b), not the "
                 "first row's ids for every row", _dm_wrong("first-row"), name="first-row-for-all"),
         Mistake("a causal mask keeps the keys j <= i, on and below the diagonal (rows are queries); the keys "
@@ -207,10 +210,10 @@ def _as_slopes_hidden(g):
     # first k" of the finer sequence differ (never 6 or 12, the public ones); and one power of two
     cases = []
     for _ in range(2):
-        n = 2 ** _int(g, 2, 5)
-        h = n + _int(g, 2, n - 1)
+        n = 2 ** randint(g, 2, 5)
+        h = n + randint(g, 2, n - 1)
         cases.append(Case((h + 1 if h in (6, 12) else h,)))
-    cases.append(Case((2 ** _int(g, 1, 6),)))
+    cases.append(Case((2 ** randint(g, 1, 6),)))
     return cases
 
 
@@ -239,6 +242,7 @@ ALIBI_SLOPES = Exercise(
     id="builtins.alibi_slopes", title="ALiBi slopes for any number of heads", lesson="12-pytorch-built-ins",
     function="alibi_slopes", params=("num_heads",), points=4,
     reference=alibi_slopes, public=_as_slopes_public, hidden=_as_slopes_hidden, public_seed=1205,
+    section="`flex_attention`: attention you describe in Python",
     mistakes=(
         Mistake("2 ** (-8 k / num_heads) is the rule for a power of two only: for other head counts, "
                 "start from the closest power of two below and fill up from the next one",

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import torch
 
-from ._core import Case, Exercise, Mistake
-from .heads import NO_MHA, _int, _randn
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import randint, randn
+
+from .common import NO_MHA
 
 
 def _causal_weights(g, b, h, t, dtype=torch.float32):
     """Random causal attention weights (b, h, t, t): rows are queries and sum to 1."""
-    scores = _randn(g, b, h, t, t, dtype=torch.float64, scale=2.0)
+    scores = randn(g, b, h, t, t, dtype=torch.float64, scale=2.0)
     future = torch.ones(t, t, dtype=torch.bool).triu(diagonal=1)       # keys j > i
     return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1).to(dtype)
 
@@ -33,7 +35,7 @@ def k_composition(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, w_o: 
 
 def _kc_case(g, h1, h2, c, d, dtype=torch.float32):
     def w(n, a, b):
-        return _randn(g, n, a, b, dtype=dtype, scale=c ** -0.5)
+        return randn(g, n, a, b, dtype=dtype, scale=c ** -0.5)
     return Case((w(h2, c, d), w(h2, c, d), w(h1, c, d), w(h1, d, c)))
 
 
@@ -46,10 +48,10 @@ def _kc_hidden(g):
     # Q-composition matrix, W_OV W_QK, and the others then differ from the K-composition one)
     cases = []
     for dt in (torch.float32, torch.float64):
-        h1 = _int(g, 2, 3)
-        cases.append(_kc_case(g, h1, 5 - h1, _int(g, 4, 9), _int(g, 2, 3), dt))
-    h = _int(g, 2, 3)
-    cases.append(_kc_case(g, h, h, _int(g, 4, 9), _int(g, 2, 3)))
+        h1 = randint(g, 2, 3)
+        cases.append(_kc_case(g, h1, 5 - h1, randint(g, 4, 9), randint(g, 2, 3), dt))
+    h = randint(g, 2, 3)
+    cases.append(_kc_case(g, h, h, randint(g, 4, 9), randint(g, 2, 3)))
     return cases
 
 
@@ -95,6 +97,7 @@ K_COMPOSITION = Exercise(
     id="induction.k_composition", title="Which heads compose? K-composition from the weights",
     lesson="13-induction-heads", function="k_composition", params=("w_q", "w_k", "w_v", "w_o"), points=4,
     reference=k_composition, public=_kc_public, hidden=_kc_hidden, public_seed=1304, explain=_kc_explain,
+    section="How the two heads work together: K-composition",
     mistakes=(
         Mistake("these are the norms of W_OV W_QK, which come from Q-composition (head a writing into the "
                 "QUERY's stream, x_src W_OV W_QK x_k^T), or just as well from W_QK built as W_K W_Q^T (the "
@@ -167,8 +170,8 @@ def _pm_hidden(g):
     # with none, in every case
     cases = []
     for dt in (torch.float32, torch.float64, torch.float32):
-        b, t = _int(g, 1, 3), _int(g, 7, 12)
-        cases.append(Case((_causal_weights(g, b, _int(g, 2, 4), t, dt), _tokens(g, b, t, _int(g, 2, 4)))))
+        b, t = randint(g, 1, 3), randint(g, 7, 12)
+        cases.append(Case((_causal_weights(g, b, randint(g, 2, 4), t, dt), _tokens(g, b, t, randint(g, 2, 4)))))
     return cases
 
 
@@ -205,6 +208,7 @@ PREFIX = Exercise(
     id="induction.prefix_matching_score", title="A prefix-matching score from the tokens",
     lesson="13-induction-heads", function="prefix_matching_score", params=("weights", "tokens"), points=4,
     reference=prefix_matching_score, public=_pm_public, hidden=_pm_hidden, public_seed=1305,
+    section="Finding the heads by measurement",
     mistakes=(
         Mistake("an induction head attends to the token AFTER an earlier occurrence (key j with "
                 "tokens[j - 1] == tokens[i]), not to the earlier occurrence itself (that is a "
@@ -254,8 +258,8 @@ def _rows_zeroed(o, w, head):
 
 def _ma_case(g, b, h, t, d, head, dtype=torch.float32):
     c = h * d
-    o = _randn(g, b, h, t, d, dtype=torch.float64) + 2.0 * _randn(g, 1, h, 1, d, dtype=torch.float64)  # a mean far from 0
-    return Case((o.to(dtype), _randn(g, c, c, dtype=dtype, scale=c ** -0.5), head))
+    o = randn(g, b, h, t, d, dtype=torch.float64) + 2.0 * randn(g, 1, h, 1, d, dtype=torch.float64)  # a mean far from 0
+    return Case((o.to(dtype), randn(g, c, c, dtype=dtype, scale=c ** -0.5), head))
 
 
 def _ma_public(g):
@@ -267,8 +271,8 @@ def _ma_hidden(g):
     # positions per sequence, over features, or over the heads
     cases = []
     for dt in (torch.float32, torch.float64, torch.float32):
-        h = _int(g, 2, 4)
-        cases.append(_ma_case(g, _int(g, 2, 3), h, _int(g, 2, 6), _int(g, 2, 4), _int(g, 0, h - 1), dt))
+        h = randint(g, 2, 4)
+        cases.append(_ma_case(g, randint(g, 2, 3), h, randint(g, 2, 6), randint(g, 2, 4), randint(g, 0, h - 1), dt))
     return cases
 
 
@@ -276,6 +280,7 @@ MEAN_ABLATE = Exercise(
     id="induction.mean_ablate_head", title="Mean-ablation of a head", lesson="13-induction-heads",
     function="mean_ablate_head", params=("head_outputs", "out_proj_weight", "head"), points=3,
     reference=mean_ablate_head, public=_ma_public, hidden=_ma_hidden, public_seed=1306,
+    section="Removing heads: which ones matter?",
     mistakes=(
         Mistake("that is zero-ablation, as in this lesson: mean-ablation replaces the head's output by "
                 "its average output, which keeps the next layer's input on its usual scale",
@@ -322,6 +327,7 @@ COMPOSING_HEAD = Exercise(
     function="composing_head", params=(), points=2, reference=composing_head, answer="number", tolerance=0.0,
     public=lambda g: [Case((), note="three first-layer heads, one second-layer head")], hidden=lambda g: [],
     public_seed=1307,
+    section="How the two heads work together: K-composition",
     mistakes=(
         Mistake("head 1 writes into the features the QUERIES read: that is Q-composition; K-composition runs "
                 "through the keys, so look for the head that writes what W_K reads", lambda: 1,

@@ -19,14 +19,16 @@ import math
 
 import torch
 
-from ._core import Case, Exercise, Mistake, separating
-from .heads import NO_MHA, _int, _randn
-from .onehead import NO_SOFTMAX
+from mha.autograde import Case, Exercise, Mistake
+from mha.autograde.draw import randint, randn, returned_nan, separating
+
+from .common import NO_MHA, NO_SOFTMAX
+
 
 NEG_INF = float("-inf")
 
 # A kernel exercise computes in its kernel; numpy would be a way around it, out of the
-# recorder's sight (mha._calls records torch operations only).
+# recorder's sight (mha.autograde.calls records torch operations only).
 NO_NUMPY = ("numpy",)
 
 
@@ -47,7 +49,7 @@ LAUNCHER_OPS = frozenset((
 
 def _launcher_audit(case, ops):
     """The torch operations of a call outside its kernel launches: allocation, views, copies
-    and conversions only (the launches themselves are not recorded, see mha._calls)."""
+    and conversions only (the launches themselves are not recorded, see mha.autograde.calls)."""
     for op in ops:
         if op.name not in LAUNCHER_OPS:
             return (f"{op.name} computed with torch outside the kernel; the kernel must compute the result, "
@@ -58,7 +60,7 @@ def _launcher_audit(case, ops):
 def _not_power_of_two(g, low: int, high: int) -> int:
     """A random int in [low, high] that is not a power of two (a block must be padded)."""
     while True:
-        n = _int(g, low, high)
+        n = randint(g, low, high)
         if n & (n - 1):
             return n
 
@@ -131,13 +133,10 @@ def _softmax_shared_max(x):
 
 def _kernel_explain(outcome):
     """What a kernel answer's NaN or error usually means."""
-    if outcome.status == "value" and outcome.value.kind == "tensor":
-        import numpy as np
-
-        if np.isnan(outcome.value.data.astype(np.float64)).any():
-            return ("NaN in a kernel's output comes from -inf - (-inf) (the max of a row or tile that saw only "
-                    "-inf: shift by 0 instead), from 0 / 0, or from a lane loaded as -inf and then multiplied "
-                    "(load it as 0 and mask its score instead)")
+    if returned_nan(outcome):
+        return ("NaN in a kernel's output comes from -inf - (-inf) (the max of a row or tile that saw only "
+                "-inf: shift by 0 instead), from 0 / 0, or from a lane loaded as -inf and then multiplied "
+                "(load it as 0 and mask its score instead)")
     return None
 
 
@@ -145,8 +144,8 @@ def _softmax_case(g, C, dtype=torch.float32, *, last="random", note=""):
     """Two rows of C scores: row 0 near +1000 or -1000 (exp overflows or underflows without
     the max), row 1 random with a few -inf entries (last="random") or all -inf
     (last="masked"). With C not a power of two, the padded lanes of a block matter."""
-    x = _randn(g, 2, C, dtype=torch.float64, scale=2.0)
-    big = 1000.0 * (1 if _int(g, 0, 1) else -1)
+    x = randn(g, 2, C, dtype=torch.float64, scale=2.0)
+    big = 1000.0 * (1 if randint(g, 0, 1) else -1)
     x[0] += big
     x[torch.rand(2, C, generator=g) < 0.2] = NEG_INF
     x[:, 0] = torch.tensor([big, 0.5], dtype=torch.float64)    # each row keeps a finite score
@@ -174,6 +173,7 @@ ROW_SOFTMAX = Exercise(
     id="kernels.row_softmax", title="A row-softmax kernel", lesson="14-flash-attention-in-triton",
     function="row_softmax", params=("x",), points=4,
     reference=row_softmax, public=_softmax_public, hidden=_softmax_hidden, public_seed=1401,
+    section="Programs, blocks and masks",
     mistakes=(
         Mistake("exp of a score near 1000 overflows to inf (inf / inf = NaN): subtract the row's "
                 "max before tl.exp, so every exponent is <= 0", _softmax_no_max, name="no-max-shift"),
@@ -250,7 +250,7 @@ def _lse_no_rescale(q, k, is_causal, block):
 def _lse_case(g, Tq, Tk, is_causal, d=16, *, late_max=False, note=""):
     """q (Tq, d), k (Tk, d); with ``late_max`` the last 16 keys are three times as long, so that
     every row's largest scores come late and a running max that stops growing shows."""
-    q, k = _randn(g, Tq, d), _randn(g, Tk, d)
+    q, k = randn(g, Tq, d), randn(g, Tk, d)
     if late_max:
         k[-16:] *= 3.0
     return Case((q, k, is_causal), note=note)
@@ -263,19 +263,20 @@ def _lse_public(g):
 
 
 def _lse_hidden(g):
-    tk = _int(g, 5, 15)
-    causal = bool(_int(g, 0, 1))
-    first = separating(lambda: _lse_case(g, _int(g, 3, 20), _int(g, 40, 70), causal, late_max=True), ROW_LSE,
+    tk = randint(g, 5, 15)
+    causal = bool(randint(g, 0, 1))
+    first = separating(lambda: _lse_case(g, randint(g, 3, 20), randint(g, 40, 70), causal, late_max=True), ROW_LSE,
                        names=("natural-log", "no-scale", "exp2-without-log2e", "no-rescale", "no-rescale-32"))
     return [first,
-            _lse_case(g, tk + _int(g, 1, 8), tk, True),
-            _lse_case(g, _int(g, 10, 30), _int(g, 10, 40), False, d=32)]
+            _lse_case(g, tk + randint(g, 1, 8), tk, True),
+            _lse_case(g, randint(g, 10, 30), randint(g, 10, 40), False, d=32)]
 
 
 ROW_LSE = Exercise(
     id="kernels.row_lse", title="The log-sum-exp the forward saves", lesson="14-flash-attention-in-triton",
     function="row_lse", params=("q", "k", "is_causal"), points=5,
     reference=row_lse, public=_lse_public, hidden=_lse_hidden, public_seed=1402,
+    section="The forward kernel, read against lesson 10's loop",
     mistakes=(
         Mistake("the kernels save the log-sum-exp in base 2: log2 of the sum, which is the natural one divided "
                 "by ln 2 (with the scores in base-2 units, s log2(e), it is m + log2(l))",
@@ -288,9 +289,11 @@ ROW_LSE = Exercise(
         Mistake("the scores are q k^T / sqrt(d): scale them before the exponentials",
                 lambda q, k, c: _lse(q, k, c, scale=1.0), name="no-scale"),
         Mistake("align the causal mask bottom-right: query i sees keys j <= i + Tk - Tq, not j <= i",
-                lambda q, k, c: _lse(q, k, c, offset=0), name="top-left"),
+                lambda q, k, c: _lse(q, k, c, offset=0), name="top-left",
+                section="Causal attention: which blocks run, and which need a mask"),
         Mistake("query i may see key j = i + Tk - Tq itself: block only j > i + Tk - Tq",
-                lambda q, k, c: _lse(q, k, c, strict=True), name="strict-diagonal"),
+                lambda q, k, c: _lse(q, k, c, strict=True), name="strict-diagonal",
+                section="Causal attention: which blocks run, and which need a mask"),
         Mistake("tl.exp2(x) is 2 ** x: sum exp2 of the scores in base-2 units, s * log2(e), not of the "
                 "scores themselves", lambda q, k, c: _lse(q, k, c, score_base=2.0), name="exp2-without-log2e"),
         Mistake("when the running max grows, the sum so far was taken relative to the old max: multiply it by "
@@ -398,16 +401,16 @@ def _fix_no_rescale(q, k, v, is_causal):
 def _fix_case(g, Tq, Tk, is_causal, d=16, note="", late_max=False):
     """With ``late_max`` the last 16 keys are three times as long: every row's largest scores come
     in the last key block, so the running max grows there and a missing rescale shows."""
-    q, k = _randn(g, Tq, d), _randn(g, Tk, d)
+    q, k = randn(g, Tq, d), randn(g, Tk, d)
     if late_max:
         k[-16:] *= 3.0
-    return Case((q, k, _randn(g, Tk, d), is_causal), note=note)
+    return Case((q, k, randn(g, Tk, d), is_causal), note=note)
 
 
 def _ragged(g, low, high):
     """A length in [low, high] that is not a multiple of the buggy kernel's block."""
     while True:
-        n = _int(g, low, high)
+        n = randint(g, low, high)
         if n % BUGGY_BLOCK:
             return n
 
@@ -423,18 +426,19 @@ def _fix_public(g):
 
 def _fix_hidden(g):
     tk = _ragged(g, 5, 15)
-    return [_fix_case(g, _int(g, 3, 20), _ragged(g, 5, 24), False),
-            _fix_case(g, _int(g, 3, 12), _int(g, 13, 24), True, d=_int(g, 1, 2) * 16),
-            _fix_case(g, tk + _int(g, 1, 8), tk, True),
+    return [_fix_case(g, randint(g, 3, 20), _ragged(g, 5, 24), False),
+            _fix_case(g, randint(g, 3, 12), randint(g, 13, 24), True, d=randint(g, 1, 2) * 16),
+            _fix_case(g, tk + randint(g, 1, 8), tk, True),
             # more than 32 keys (one tile of 32 with no loop over key blocks misses the rest), the
             # largest scores in the last block
-            _fix_case(g, _int(g, 17, 40), _ragged(g, 40, 64), bool(_int(g, 0, 1)), late_max=True)]
+            _fix_case(g, randint(g, 17, 40), _ragged(g, 40, 64), bool(randint(g, 0, 1)), late_max=True)]
 
 
 FIXED_ATTENTION = Exercise(
     id="kernels.fixed_attention", title="Find and fix the masking bugs", lesson="14-flash-attention-in-triton",
     function="fixed_attention", params=("q", "k", "v", "is_causal"), points=6,
     reference=fixed_attention, public=_fix_public, hidden=_fix_hidden, public_seed=1403,
+    section="Causal attention: which blocks run, and which need a mask",
     mistakes=(
         Mistake("query i may attend to key j = i + Tk - Tq itself: block only j > i + Tk - Tq "
                 "(keys <= rows + offset are allowed), not j >= it", _fix_strict, name="strict-diagonal"),
@@ -490,6 +494,7 @@ TILES_VISITED = Exercise(
     function="tiles_visited", params=(), points=2, reference=tiles_visited, answer="number", tolerance=0.0,
     public=lambda g: [Case((), note="Tq = 600, Tk = 1000, blocks of 64 x 64, causal")], hidden=lambda g: [],
     public_seed=1404,
+    section="Causal attention: which blocks run, and which need a mask",
     mistakes=(
         Mistake("align the causal mask bottom-right: with 400 more keys than queries, query i sees keys up to "
                 "i + 400, so even the first block of rows needs 8 key blocks", lambda: _tiles(600, 1000, 64, offset=0),
