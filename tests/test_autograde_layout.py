@@ -72,10 +72,8 @@ def test_the_course_content_is_one_file_per_lesson_and_imports_public_names():
                 assert not any(n.startswith("_") for n in names), f"{info.name}.py imports private names {names}"
 
 
-def test_every_module_of_the_framework_is_listed_and_small():
-    """The package's docstring lists every module, and each reads in one sitting."""
-    doc = ast.get_docstring(ast.parse((AUTOGRADE / "__init__.py").read_text()))
+def test_every_module_of_the_framework_reads_in_one_sitting():
+    """(tests/test_package_docs.py checks that the package's docstring describes each.)"""
     for info in pkgutil.iter_modules([str(AUTOGRADE)]):
-        assert re.search(rf"^{info.name}\s", doc, re.M), f"mha/autograde/__init__.py does not describe {info.name}"
         lines = len((AUTOGRADE / f"{info.name}.py").read_text().splitlines())
         assert lines <= MAX_LINES, f"mha/autograde/{info.name}.py has {lines} lines: split it by concept"

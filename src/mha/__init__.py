@@ -14,8 +14,12 @@ One file per concept:
     kernels/      the Triton kernels (imported on first use: `import mha` never imports Triton)
     counting.py   parameters, FLOPs, KV-cache bytes, presets of published models
     plotting.py   figures for the lessons
+    explorer.py   attention_explorer: the interactive figure of attention weights (with explorer.js)
     book.py       glue: computed values into a lesson's prose
     benchmark.py  `mha bench`: time and memory against torch.nn.MultiheadAttention
+    flash_bench.py  `mha bench --backends flash`: the Triton kernels against PyTorch's, on a GPU
+    gpu_compile.py  the kernels compiled for an NVIDIA GPU on a CPU-only machine, and their resources
+    _checks.py    argument checks shared by the package (errors name the argument)
     autograde/    the exercise format and the judge that `check` and `mha grade` share
     exercises/    the course's graded exercises, one file per lesson
     notebooks.py  student notebooks (solutions stubbed) and the Sphinx extension linking them

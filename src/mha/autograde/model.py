@@ -31,6 +31,7 @@ class _Text(str, Enum):
         return self.value
 
     __format__ = str.__format__
+    __hash__ = str.__hash__  # a member finds what its text is the key of, in every Python
 
 
 class Called(_Text):
