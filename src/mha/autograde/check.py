@@ -18,7 +18,7 @@ from . import calls, wire
 from .exercise import Exercise
 from .forbidden import forbidden_uses
 from .judge import score
-from .model import Called, Case, Kind, Outcome, Verdict, clone_args, describe_args
+from .model import Called, Case, Kind, Outcome, Status, Verdict, clone_args, describe_args
 from .record import read_record
 from .registry import EXERCISES
 from .wire import MalformedResult
@@ -141,7 +141,7 @@ def _check(exercise_id: str, fn) -> CheckResult:
               f"{KERNEL_LIMIT_S:g} s; give each program a block of at least 16 rows")
     scored = score(ex, cases, outcomes)
     result.total = scored.total
-    if scored.status == "not attempted":
+    if scored.status == Status.NOT_ATTEMPTED:
         result.attempted = False
         print(f"  not attempted yet: {ex.function} still raises NotImplementedError. "
               f"Write it, then run this cell again.")
