@@ -141,7 +141,7 @@ def test_torch_func_vmap_runs_the_kernels_on_the_mapped_dimension_folded_in():
     assert torch.equal(mapped, folded)
 
 
-@pytest.mark.parametrize("transform", ["grad", "jacrev", "jvp", "jacfwd", "vmap of grad"])
+@pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev", "jvp", "jacfwd", "vmap of grad"])
 def test_torch_func_transforms(transform):
     def compute(attend, dtype):
         q, k, v = (t.detach() for t in leaves(dtype, shape=SMALL))
@@ -149,6 +149,9 @@ def test_torch_func_transforms(transform):
         row = lambda q: attend(q, k, v).sum((0, 1, 2))                   # noqa: E731  (d,) -> a small Jacobian
         if transform == "grad":
             return list(torch.func.grad(loss, argnums=(0, 1, 2))(q, k, v))
+        if transform == "vjp":
+            _, pullback = torch.func.vjp(attend, q, k, v)
+            return list(pullback(torch.ones_like(q)))
         if transform == "jacrev":
             return [torch.func.jacrev(row)(q)]
         if transform == "jacfwd":
