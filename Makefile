@@ -89,9 +89,11 @@ test-the-tests: $(STAMP)
 
 # The Triton kernels of lesson 14 at the lengths a GPU reaches (T = 4096 to 16384), and their
 # peak memory against SDPA's; on a machine without a CUDA GPU every test is skipped. `make
-# test` runs the same checks at small sizes in Triton's interpreter (tests/test_flash.py).
+# test` runs the same checks at small sizes in Triton's interpreter (tests/test_flash.py), and
+# the autograd paths and CS336's check (test_flash_autograd.py, test_flash_cs336.py), run here
+# on the GPU too.
 test-gpu: $(STAMP)
-	$(BIN)/python -m pytest tests/test_flash_gpu.py tests/test_flash.py -v -rs
+	$(BIN)/python -m pytest tests/test_flash_gpu.py tests/test_flash.py tests/test_flash_autograd.py tests/test_flash_cs336.py -v -rs
 
 # JupyterLab on the lessons: a lesson's .md opens as a notebook (jupytext) with a double
 # click, and `import mha` finds the package installed in .venv in editable mode.

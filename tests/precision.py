@@ -114,7 +114,7 @@ class Rounding:
       err(a) |c| + |a c|, twice the last term when c is itself rounded (1 / sqrt(d));
     - ``a + b``, ``a - b``: err(a) + err(b) + |result|;
     - ``a.sum(dim)``: the errors summed, plus n times the sum of the magnitudes;
-    - ``a.softmax()`` and ``rope(x, positions)``: see there.
+    - ``a.softmax()``, ``a.rms_norm(weight, eps)`` and ``rope(x, positions)``: see there.
 
     The magnitudes are those of the float64 values, so a result that cancels (a gradient that
     sums to nearly 0) keeps the errors of the terms it was made of. An infinite entry (a
@@ -207,6 +207,21 @@ class Rounding:
         """x @ W^T (+ b), as torch.nn.Linear."""
         out = self @ Rounding.of(weight).mT
         return out + bias if bias is not None else out
+
+    def rms_norm(self, weight, eps: float) -> "Rounding":
+        """x / sqrt(mean(x^2) + eps) * weight over the last dimension (torch.nn.RMSNorm).
+
+        The mean of n squares is within (2 err(x) |x| summed) / (sum x^2) + n + 2 eps of its
+        value, relatively (the squares' errors, the sum of n positive terms, the division by
+        n and the addition of eps); the square root halves that and adds one rounding; the
+        division and the product with the weight add one each."""
+        x, w = self.value, Rounding.of(weight).value
+        n = x.shape[-1]
+        squares = x.pow(2).sum(-1, keepdim=True)
+        r = (squares / n + eps).sqrt()
+        y = x / r * w
+        relative_r = ((2 * x.abs() * self.err).sum(-1, keepdim=True) / squares.clamp_min(1e-300) + n + 2) / 2 + 1
+        return Rounding(y, self.err * (w.abs() / r) + y.abs() * (relative_r + 2))
 
     def masked(self, allowed: torch.Tensor) -> "Rounding":
         """-inf where ``allowed`` is False (exact)."""

@@ -20,14 +20,14 @@ from mha.gpu_compile import H100_SHARED_BYTES, Config, resources  # noqa: E402
 
 def test_kernels_compile_for_an_h100_without_a_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))    # a real compile, every time
-    configs = [  # bfloat16 and causal: every kernel; float16, not causal, d = 48 padded to 64: the
-        # other branch of key_range and query_range
+    configs = [  # bfloat16 and causal: every kernel; float16, not causal, d = 48 padded to 64, the
+        # row max and sum saved: the other branch of key_range, query_range and the row statistics
         Config("flash_forward_kernel", num_stages=1), Config("flash_forward_kernel", num_stages=3),
         Config("flash_backward_kernel", block_m=32, block_n=64, num_stages=2),
         Config("flash_backward_delta_kernel", block_m=64),
-        Config("flash_forward_kernel", dtype="fp16", head_dim=48, causal=False),
+        Config("flash_forward_kernel", dtype="fp16", head_dim=48, causal=False, max_and_sum=True),
         Config("flash_backward_kernel", dtype="fp16", head_dim=48, block_m=32, block_n=64, num_stages=2,
-               causal=False),
+               causal=False, max_and_sum=True),
     ]
     try:
         compiled = resources(configs)

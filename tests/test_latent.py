@@ -19,13 +19,19 @@ CONFIGS = {  # name: keyword arguments after (embed_dim=32, num_heads=4)
     "no query compression": dict(kv_latent_dim=16, rope_dim=4),
     "query compression": dict(kv_latent_dim=16, rope_dim=4, q_latent_dim=12),
     "wide heads": dict(kv_latent_dim=24, rope_dim=6, head_dim=10, q_latent_dim=20),
+    "latent norm": dict(kv_latent_dim=16, rope_dim=4, q_latent_dim=12, latent_norm=True),   # DeepSeek-V2's
 }
 
 
 def make(dtype=torch.float32, seed=0, **kwargs):
     torch.manual_seed(seed)
     kwargs = kwargs or CONFIGS["query compression"]
-    return mha.MultiHeadLatentAttention(32, 4, dtype=dtype, **kwargs)
+    m = mha.MultiHeadLatentAttention(32, 4, dtype=dtype, **kwargs)
+    with torch.no_grad():                       # norms' weights start at 1: make them count
+        for norm in (m.q_norm, m.kv_norm):
+            if norm is not None:
+                norm.weight.uniform_(0.5, 1.5)
+    return m
 
 
 def rand(*shape, seed=1, dtype=torch.float32):
@@ -33,14 +39,21 @@ def rand(*shape, seed=1, dtype=torch.float32):
 
 
 def reference(m, x, is_causal):
-    """MLA written out head by head from the paper's equations, with explicit loops (float64)."""
+    """MLA written out head by head from the paper's equations, with explicit loops (float64),
+    and the RMSNorm after each latent that DeepSeek-V2 adds (section 3.1.2) when m has them."""
     W = {name: p.detach().double() for name, p in m.named_parameters()}
     x = x.double()
     B, T, _ = x.shape
     h, d, d_r = m.num_heads, m.head_dim, m.rope_dim
     pos = torch.arange(T)
-    c_q = x @ W["w_dq.weight"].T if m.w_dq is not None else x
-    c_kv = x @ W["w_dkv.weight"].T                                             # (B, T, d_c)
+
+    def rms_norm(c, name):                                                     # c / RMS(c) * weight
+        if f"{name}.weight" not in W:
+            return c
+        return c / torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True) + m.norm_eps) * W[f"{name}.weight"]
+
+    c_q = rms_norm(x @ W["w_dq.weight"].T, "q_norm") if m.w_dq is not None else x
+    c_kv = rms_norm(x @ W["w_dkv.weight"].T, "kv_norm")                        # (B, T, d_c)
     k_r = mha.apply_rope(x @ W["w_kr.weight"].T, pos)                          # (B, T, d_r), shared
     heads = []
     for i in range(h):
@@ -77,10 +90,12 @@ def _forward(m, x, is_causal, absorb):
     d_c, d_r = m.kv_latent_dim, m.rope_dim
     pos = torch.arange(x.shape[1])
     f = dict(x=Rounding.of(x))
-    f["c_q"] = f["x"] if m.w_dq is None else lin(f["x"], "w_dq")
+    W = {name: p.detach() for name, p in m.named_parameters()}
+    norm = lambda r, name: r.rms_norm(W[f"{name}.weight"], m.norm_eps) if f"{name}.weight" in W else r  # noqa: E731
+    f["c_q"] = f["x"] if m.w_dq is None else norm(lin(f["x"], "w_dq"), "q_norm")
     f["q_c"] = split(lin(f["c_q"], "w_uq"))
     f["q_r"] = rope(split(lin(f["c_q"], "w_qr")), pos)
-    f["c_kv"] = lin(f["x"], "w_dkv")
+    f["c_kv"] = norm(lin(f["x"], "w_dkv"), "kv_norm")
     f["k_r"] = rope(lin(f["x"], "w_kr"), pos)
     f["scale"] = 1.0 / math.sqrt(m.head_dim + d_r)
     if absorb:
@@ -264,9 +279,10 @@ def test_scores_are_scaled_by_one_over_sqrt_head_dim_plus_rope_dim():
     assert not torch.allclose(m(x), ref, atol=1e-6)
 
 
+@pytest.mark.parametrize("config", ["query compression", "latent norm"])
 @pytest.mark.parametrize("absorb", [False, True])
-def test_gradients_reach_every_parameter(absorb):
-    m = make(torch.float64)
+def test_gradients_reach_every_parameter(absorb, config):
+    m = make(torch.float64, **CONFIGS[config])
     x = rand(2, 5, 32, dtype=torch.float64).requires_grad_()
     m(x, is_causal=True, absorb=absorb).pow(2).sum().backward()
     for name, p in m.named_parameters():
@@ -309,6 +325,8 @@ def test_bias_true_runs_explicitly_and_refuses_the_absorbed_form():
     (dict(kv_latent_dim=16, rope_dim=4, head_dim=0), ValueError, "head_dim"),
     (dict(kv_latent_dim=16, rope_dim=4, rope_base=1.0), ValueError, "rope_base"),
     (dict(kv_latent_dim=16, rope_dim=4, rope_base="1e4"), TypeError, "rope_base"),
+    (dict(kv_latent_dim=16, rope_dim=4, latent_norm=1), TypeError, "latent_norm"),
+    (dict(kv_latent_dim=16, rope_dim=4, latent_norm=True, norm_eps=0.0), ValueError, "norm_eps"),
 ])
 def test_bad_configuration_raises(kwargs, error, word):
     with pytest.raises(error, match=word):
@@ -424,3 +442,15 @@ def test_decoding_past_the_first_buffers_growth_equals_the_full_causal_forward(a
     x = rand(1, 40, 32, dtype=torch.float64)               # 40 tokens: the buffer grows 16 -> 32 -> 64
     assert_within(decode(m, x, [1] * 40, absorb), m(x, is_causal=True),
                   rounding_of(m, x, True, absorb), rounding_of(m, x, True))
+
+
+def test_with_latent_norm_the_cache_holds_the_normalised_latents():
+    """As in DeepSeek's code, the latent is normalised before it is cached: the absorbed form
+    then reads the same c_KV as the explicit one."""
+    m = make(torch.float64, **CONFIGS["latent norm"])
+    x = rand(1, 4, 32, dtype=torch.float64)
+    cache = mha.LatentCache()
+    with torch.no_grad():
+        m(x, is_causal=True, cache=cache)
+        assert torch.equal(cache.c_kv, m.kv_norm(m.w_dkv(x)))
+        assert not torch.allclose(cache.c_kv, m.w_dkv(x))

@@ -56,6 +56,11 @@ CS336_BEST_MS = 5.36            # best verified entry, spring 2025 (forward+back
 GOAL_RATIO = {"forward": 1.0, "forward+backward": 1.15}   # flash / sdpa-flash, bfloat16, T >= 4096
 GOAL_MEMORY_RATIO = 1.10
 
+# An H100 SXM5's dense FP16 tensor-core peak, TFLOP/s, as Shah et al. 2024 (FlashAttention-3)
+# give it for the GPU they measure on: typed from the paper, not measured here. (The PCIe
+# H100 peaks lower.) Lessons 10 and 14 quote it.
+H100_SXM_FP16_PEAK_TFLOPS = 989
+
 
 def default_results_path() -> Path:
     """benchmarks/results/flash-gpu.json of the source checkout (where lesson 14 reads it)."""

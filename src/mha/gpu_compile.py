@@ -26,7 +26,7 @@ from pathlib import Path
 
 KERNELS = Path(__file__).resolve().parent / "kernels" / "attention.py"
 TENSORS = {"Q", "K", "V", "Out", "dOut", "dK", "dV"}            # in the input's dtype
-FLOAT32 = {"RowMax", "InvSum", "Delta", "dQ"}                   # always float32
+FLOAT32 = {"RowStat", "InvSum", "Delta", "dQ"}                  # always float32
 H100 = 90                                                       # compute capability 9.0
 H100_SHARED_BYTES = 227 * 1024                                  # shared memory a block may use
 
@@ -43,6 +43,7 @@ class Config:
     num_stages: int = 3          # how many tiles a loop loads ahead of the one it computes on
     num_warps: int = 8
     causal: bool = True
+    max_and_sum: bool = False    # what the forward saves per row, the backward reads (mha.flash.ROW_STATS)
 
 
 def resources(configs: list[Config], arch: int = H100, timeout: float = 600.0) -> list[dict]:
@@ -75,7 +76,7 @@ def _compile(kernels, config: dict, arch: int) -> dict:
     d = config["head_dim"]
     given = {"HEAD_DIM": d, "BLOCK_D": max(16, 1 << (d - 1).bit_length()), "IS_CAUSAL": config["causal"],
              "PRECISION": "ieee", "BLOCK_M": config["block_m"], "BLOCK_N": config["block_n"],
-             "WANT_DQ": True, "WANT_DKV": True}
+             "WANT_DQ": True, "WANT_DKV": True, "MAX_AND_SUM": config["max_and_sum"]}
     given = {k: v for k, v in given.items() if k in kernel.arg_names}
     dtype = config["dtype"]
     signature = {name: "constexpr" if name in given else f"*{dtype}" if name in TENSORS

@@ -4,9 +4,10 @@ Shapes: B batch, T length, C = embed_dim, h = num_heads, d = head_dim, d_c = kv_
 d_r = rope_dim, d_q = q_latent_dim. Names of the weights follow the paper.
 
     c_KV = W_DKV x                    (B, T, d_c)    the only thing cached, with k_R
+                                                     (RMSNorm(W_DKV x) with latent_norm=True)
     k_C  = W_UK c_KV,  v = W_UV c_KV  (B, h, T, d)   keys and values rebuilt from the latent
     k_R  = RoPE(W_KR x)               (B, T, d_r)    ONE RoPE key, shared by all heads
-    c_Q  = W_DQ x  (or x itself when q_latent_dim is None)
+    c_Q  = W_DQ x  (or x itself when q_latent_dim is None; RMSNorm(W_DQ x) with latent_norm=True)
     q_C  = W_UQ c_Q,  q_R = RoPE(W_QR c_Q)           (B, h, T, d) and (B, h, T, d_r)
     head i: softmax([q_C; q_R] . [k_C; k_R] / sqrt(d + d_r)) v,  then W_O over all heads
 
@@ -30,7 +31,11 @@ with the weights as they are: nothing is precomputed, so nothing can go stale wh
 weights change (training, load_state_dict, an optimizer step), and gradients flow as in
 the explicit form. The explicit form costs less for long chunks of new tokens (a prefill):
 it rebuilds keys and values once per token instead of widening every query to d_c + d_r.
-DeepSeek-V2 adds normalisation layers after the latents; this module leaves them out.
+DeepSeek-V2 (and V3, with the same attention) adds an RMSNorm after each latent: "we employ
+additional RMS Norm layers after the compressed latent vectors" (DeepSeek-AI 2024, section
+3.1.2). ``latent_norm=True`` adds them, each with its own weight, applied to c_Q (when the
+queries are compressed) and to c_KV before it is cached, as DeepSeek's code does; with it a
+DeepSeek-V2 attention layer's weights map onto this module exactly. Off by default.
 """
 
 from __future__ import annotations
@@ -65,13 +70,18 @@ class MultiHeadLatentAttention(nn.Module):
             (W_UQ and W_QR then read x directly).
         bias: biases on every projection.
         rope_base: RoPE's base (theta_i = base ** (-2i / d_r)); interleaved layout.
+        latent_norm: an RMSNorm (with a learned weight, initialised to ones) after W_DKV, and
+            after W_DQ when q_latent_dim is given, as in DeepSeek-V2: ``kv_norm`` and
+            ``q_norm`` (None when off, or for q without query compression).
+        norm_eps: the RMSNorms' epsilon, x / sqrt(mean(x^2) + norm_eps) (DeepSeek-V2: 1e-6).
 
     A cache costs kv_latent_dim + rope_dim values per token (`cache_width`), whatever h is.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, *, kv_latent_dim: int, rope_dim: int,
                  head_dim: int | None = None, q_latent_dim: int | None = None, bias: bool = False,
-                 rope_base: float = 10000.0, device=None, dtype=None):
+                 rope_base: float = 10000.0, latent_norm: bool = False, norm_eps: float = 1e-6,
+                 device=None, dtype=None):
         super().__init__()
         check_int("embed_dim", embed_dim)
         check_int("num_heads", num_heads)
@@ -91,6 +101,10 @@ class MultiHeadLatentAttention(nn.Module):
             _check_base(rope_base)
         except (TypeError, ValueError) as err:
             raise type(err)(str(err).replace("base", "rope_base", 1)) from None
+        if not isinstance(latent_norm, bool):
+            raise TypeError(f"latent_norm must be a bool, got {type(latent_norm).__name__} ({latent_norm!r})")
+        if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not 0 < norm_eps < 1:
+            raise ValueError(f"norm_eps must be a number with 0 < norm_eps < 1, got {norm_eps!r}")
 
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
         self.kv_latent_dim, self.rope_dim, self.q_latent_dim = kv_latent_dim, rope_dim, q_latent_dim
@@ -108,6 +122,10 @@ class MultiHeadLatentAttention(nn.Module):
         self.w_o = _linear(h * d, embed_dim, bias, **f)
         layers = [self.w_uq, self.w_qr, self.w_dkv, self.w_uk, self.w_uv, self.w_kr, self.w_o]
         _init_linears(*([self.w_dq] if self.w_dq is not None else []), *layers)
+        self.latent_norm, self.norm_eps = latent_norm, float(norm_eps)
+        norm = lambda width: nn.RMSNorm(width, eps=self.norm_eps, **f) if latent_norm else None  # noqa: E731
+        self.q_norm = norm(q_latent_dim) if q_latent_dim is not None else None
+        self.kv_norm = norm(kv_latent_dim)
 
     @property
     def cache_width(self) -> int:
@@ -116,7 +134,8 @@ class MultiHeadLatentAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}, "
-                f"kv_latent_dim={self.kv_latent_dim}, rope_dim={self.rope_dim}, q_latent_dim={self.q_latent_dim}")
+                f"kv_latent_dim={self.kv_latent_dim}, rope_dim={self.rope_dim}, q_latent_dim={self.q_latent_dim}, "
+                f"latent_norm={self.latent_norm}")
 
     def forward(self, x, *, is_causal: bool = False, cache: LatentCache | None = None, absorb: bool = False):
         """x (B, T, embed_dim) -> (B, T, embed_dim).
@@ -149,9 +168,13 @@ class MultiHeadLatentAttention(nn.Module):
         positions = torch.arange(start, start + T, device=x.device)            # (T,)
 
         c_q = x if self.w_dq is None else self.w_dq(x)                          # (B, T, d_q)
+        if self.q_norm is not None:
+            c_q = self.q_norm(c_q)
         q_c = split_heads(self.w_uq(c_q), h)                                    # (B, h, T, d)
         q_r = apply_rope(split_heads(self.w_qr(c_q), h), positions)            # (B, h, T, d_r)
         c_kv = self.w_dkv(x)                                                    # (B, T, d_c)
+        if self.kv_norm is not None:
+            c_kv = self.kv_norm(c_kv)                                           # normalised before it is cached
         k_r = apply_rope(self.w_kr(x), positions)                               # (B, T, d_r)
         if cache is not None:
             c_kv, k_r = cache.update(c_kv, k_r)                                 # (B, Tk, d_c), (B, Tk, d_r)

@@ -11,16 +11,16 @@ Scores are kept in base-2 units: s = (q . k) * scale * log2(e), so that
 exp(scale * q . k - m) = exp2(s - m'), and the kernels call exp2 (one instruction on a GPU)
 instead of exp.
 
-What the forward saves for the backward is two numbers per query row, the row's largest
-score m (base 2) and 1 / l, the inverse of its sum of 2^(s - m); the backward recomputes
-P = 2^(s - m) / l from S, which it computes exactly as the forward did (the same operands
-in the same order: q k^T, never k q^T). FlashAttention-2 saves one number instead, the
-log-sum-exp L = m + log2(l), and recomputes P = 2^(s - L). That is the same P in exact
-arithmetic, but L is rounded to float32 at the size of the scores: near 60, float32 numbers
-are 2^-18 apart, so every recomputed entry of P, the largest included, can be off by about
-2^-19 relative, where the same-precision reference's softmax gets its largest entry right to
-about 2^-24. Two numbers per row keep the backward as accurate as that reference; they are
-still O(T), not O(T^2).
+What the forward saves for the backward is, by default, FlashAttention-2's one number per
+query row, the log-sum-exp L of its scores (in natural units, as torch.logsumexp gives it);
+the backward recomputes P = 2^(s - L log2 e) from S, which it computes exactly as the forward
+did (the same operands in the same order: q k^T, never k q^T). L is rounded to float32 at
+the size of the scores: near 60, float32 numbers are 2^-18 apart, so every recomputed entry
+of a row, the largest included, moves by about 2^-19 relative, where the same-precision
+reference's softmax gets its largest entry right to about 2^-24. With MAX_AND_SUM the
+forward saves two numbers per row instead, the row's largest score m (base 2) and 1 / l,
+the inverse of its sum of 2^(s - m), and the backward recomputes P = 2^(s - m) / l: as
+accurate as that reference's softmax, for 4 bytes more per row. Both are O(T), not O(T^2).
 
 Causal masking is aligned bottom-right, as everywhere in the course: query ``i`` sees key
 ``j`` when ``j <= i + offset`` with ``offset = Tk - Tq``. Every loop over key blocks (or
@@ -47,6 +47,7 @@ import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)   # log2(e), exp(x) = exp2(x * log2(e)); a kernel may read only constexpr globals
+LN2 = tl.constexpr(0.6931471805599453)     # ln(2) = 1 / log2(e)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -149,15 +150,16 @@ def attend_to_keys(acc, row_sum, row_max, q, k_head, v_head, rows, lo, hi, Tq, T
 
 
 @triton.jit
-def flash_forward_kernel(Q, K, V, Out, RowMax, InvSum, Tq, Tk, scale, len_bucket,
+def flash_forward_kernel(Q, K, V, Out, RowStat, InvSum, Tq, Tk, scale, len_bucket,
                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    """Out = softmax(scale * Q K^T) V for one block of BLOCK_M query rows of one head, and
-    two numbers per row for the backward: RowMax, the row's largest score in base-2 units,
-    and InvSum, 1 / sum of 2^(s - RowMax), so that P = 2^(s - RowMax) * InvSum (+inf and 0
-    for a row with no key to see). Grid: (cdiv(Tq, BLOCK_M), B * h). ``len_bucket`` is read
-    by the GPU autotuner only."""
+                         IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr, MAX_AND_SUM: tl.constexpr):
+    """Out = softmax(scale * Q K^T) V for one block of BLOCK_M query rows of one head, and per
+    row for the backward: into RowStat the log-sum-exp L (natural units), so that
+    P = 2^(s - L log2 e); or, MAX_AND_SUM, the row's largest score m in base-2 units, and into
+    InvSum 1 / sum of 2^(s - m), so that P = 2^(s - m) * InvSum (+inf, and 0, for a row with
+    no key to see). Grid: (cdiv(Tq, BLOCK_M), B * h). ``len_bucket`` is read by the GPU
+    autotuner only."""
     tl.static_assert(BLOCK_D >= HEAD_DIM)
     block = tl.program_id(0)
     head = tl.program_id(1).to(tl.int64)          # 64-bit: B * h * T * d may pass 2**31
@@ -182,9 +184,15 @@ def flash_forward_kernel(Q, K, V, Out, RowMax, InvSum, Tq, Tk, scale, len_bucket
     empty = row_sum == 0.0                     # rows that saw no key: output 0, never 0 / 0
     row_sum = tl.where(empty, 1.0, row_sum)
     store_rows(Out + head * Tq * HEAD_DIM, acc / row_sum[:, None], rows, Tq, HEAD_DIM, BLOCK_D)
-    # +inf and 0 for an empty row: the backward's 2^(s - max) * (1 / sum) is then 0 for every key.
-    tl.store(RowMax + head * Tq + rows, tl.where(empty, float("inf"), row_max), mask=rows < Tq)
-    tl.store(InvSum + head * Tq + rows, tl.where(empty, 0.0, 1.0 / row_sum), mask=rows < Tq)
+    # For the backward, per row: L = ln(sum of e^(scale q.k)), the log-sum-exp in natural units
+    # (as torch.logsumexp gives it); or, MAX_AND_SUM, the largest base-2 score and 1 / sum.
+    # +inf (and 0) for an empty row: the backward's 2^(s - L) is then 0 for every key.
+    if MAX_AND_SUM:
+        tl.store(RowStat + head * Tq + rows, tl.where(empty, float("inf"), row_max), mask=rows < Tq)
+        tl.store(InvSum + head * Tq + rows, tl.where(empty, 0.0, 1.0 / row_sum), mask=rows < Tq)
+    else:
+        lse = (row_max + tl.math.log2(row_sum)) * LN2
+        tl.store(RowStat + head * Tq + rows, tl.where(empty, float("inf"), lse), mask=rows < Tq)
 
 
 # ----------------------------------------------------------------------------- backward
@@ -204,10 +212,11 @@ def flash_backward_delta_kernel(Out, dOut, Delta, Tq,
 
 
 @triton.jit
-def gradients_from_queries(dk, dv, k, v, q_head, do_head, max_head, inv_sum_head, delta_head, dq_head,
+def gradients_from_queries(dk, dv, k, v, q_head, do_head, stat_head, inv_sum_head, delta_head, dq_head,
                            keys, lo, hi, Tq, Tk, scale, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                            BLOCK_M: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                           PRECISION: tl.constexpr, WANT_DQ: tl.constexpr, WANT_DKV: tl.constexpr):
+                           PRECISION: tl.constexpr, WANT_DQ: tl.constexpr, WANT_DKV: tl.constexpr,
+                           MAX_AND_SUM: tl.constexpr):
     """The query blocks from lo to hi, against this program's keys: add their terms to dk and
     dv (BLOCK_N, BLOCK_D), and add each block's dQ = scale dS K to the float32 buffer at
     dq_head with atomic additions (other programs add their keys' share to the same rows).
@@ -216,14 +225,18 @@ def gradients_from_queries(dk, dv, k, v, q_head, do_head, max_head, inv_sum_head
         rows = first_row + tl.arange(0, BLOCK_M)                                  # (BLOCK_M,)
         q = load_rows(q_head, rows, Tq, HEAD_DIM, BLOCK_D)                        # (BLOCK_M, BLOCK_D)
         do = load_rows(do_head, rows, Tq, HEAD_DIM, BLOCK_D)                      # (BLOCK_M, BLOCK_D)
-        row_max = tl.load(max_head + rows, mask=rows < Tq, other=float("inf"))    # (BLOCK_M,)
-        inv_sum = tl.load(inv_sum_head + rows, mask=rows < Tq, other=0.0)         # (BLOCK_M,)
         delta = tl.load(delta_head + rows, mask=rows < Tq, other=0.0)             # (BLOCK_M,)
         # S as the forward computed it, bit for bit: same operands, same order (see below).
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale          # (BLOCK_M, BLOCK_N)
         if MASKED:
             s = tl.where(allowed(rows, keys, Tq, Tk, IS_CAUSAL), s, float("-inf"))
-        p = tl.math.exp2(s - row_max[:, None]) * inv_sum[:, None]                 # P, 0 where blocked
+        if MAX_AND_SUM:                                                           # P = 2^(s - m) / l
+            row_max = tl.load(stat_head + rows, mask=rows < Tq, other=float("inf"))       # (BLOCK_M,)
+            inv_sum = tl.load(inv_sum_head + rows, mask=rows < Tq, other=0.0)             # (BLOCK_M,)
+            p = tl.math.exp2(s - row_max[:, None]) * inv_sum[:, None]             # 0 where blocked
+        else:                                                                     # P = 2^(s - L log2 e)
+            lse = tl.load(stat_head + rows, mask=rows < Tq, other=float("inf")) * LOG2E   # (BLOCK_M,)
+            p = tl.math.exp2(s - lse[:, None])                                    # 0 where blocked
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)                   # dP = dO V^T
         ds = p * (dp - delta[:, None])                                            # dS = P * (dP - D)
         if WANT_DKV:
@@ -238,10 +251,11 @@ def gradients_from_queries(dk, dv, k, v, q_head, do_head, max_head, inv_sum_head
 
 
 @triton.jit
-def flash_backward_kernel(Q, K, V, dOut, RowMax, InvSum, Delta, dQ, dK, dV, Tq, Tk, scale, len_bucket,
+def flash_backward_kernel(Q, K, V, dOut, RowStat, InvSum, Delta, dQ, dK, dV, Tq, Tk, scale, len_bucket,
                           HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                          PRECISION: tl.constexpr, WANT_DQ: tl.constexpr, WANT_DKV: tl.constexpr):
+                          PRECISION: tl.constexpr, WANT_DQ: tl.constexpr, WANT_DKV: tl.constexpr,
+                          MAX_AND_SUM: tl.constexpr):
     """dK and dV for one block of BLOCK_N keys of one head, and this block's share of dQ
     (added into dQ, float32, zeroed by the caller), visiting the query blocks that see these
     keys. Grid: (cdiv(Tk, BLOCK_N), B * h)."""
@@ -254,18 +268,18 @@ def flash_backward_kernel(Q, K, V, dOut, RowMax, InvSum, Delta, dQ, dK, dV, Tq, 
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
     q_head, do_head, dq_head = Q + head * Tq * HEAD_DIM, dOut + head * Tq * HEAD_DIM, dQ + head * Tq * HEAD_DIM
-    max_head, inv_sum_head, delta_head = RowMax + head * Tq, InvSum + head * Tq, Delta + head * Tq
+    stat_head, inv_sum_head, delta_head = RowStat + head * Tq, InvSum + head * Tq, Delta + head * Tq
     qk_scale = scale * LOG2E                      # as the forward computes it
     start, full = query_range(block * BLOCK_N, Tq, Tk, IS_CAUSAL, BLOCK_M, BLOCK_N)
-    dk, dv = gradients_from_queries(dk, dv, k, v, q_head, do_head, max_head, inv_sum_head, delta_head, dq_head,
+    dk, dv = gradients_from_queries(dk, dv, k, v, q_head, do_head, stat_head, inv_sum_head, delta_head, dq_head,
                                     keys, start, full, Tq, Tk, scale, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M,
-                                    True, IS_CAUSAL, PRECISION, WANT_DQ, WANT_DKV)
+                                    True, IS_CAUSAL, PRECISION, WANT_DQ, WANT_DKV, MAX_AND_SUM)
     # Past `full`, every query sees every key of this block, except keys past Tk in a last,
     # shorter block: their rows of dk and dv are never written, and their columns of dS are
     # 0 because k and v read as 0 there (s = 0 is not masked, but dS K adds 0 * 0).
-    dk, dv = gradients_from_queries(dk, dv, k, v, q_head, do_head, max_head, inv_sum_head, delta_head, dq_head,
+    dk, dv = gradients_from_queries(dk, dv, k, v, q_head, do_head, stat_head, inv_sum_head, delta_head, dq_head,
                                     keys, full, Tq, Tq, Tk, scale, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M,
-                                    False, IS_CAUSAL, PRECISION, WANT_DQ, WANT_DKV)
+                                    False, IS_CAUSAL, PRECISION, WANT_DQ, WANT_DKV, MAX_AND_SUM)
     if WANT_DKV:
         store_rows(dK + head * Tk * HEAD_DIM, dk * scale, keys, Tk, HEAD_DIM, BLOCK_D)
         store_rows(dV + head * Tk * HEAD_DIM, dv, keys, Tk, HEAD_DIM, BLOCK_D)
@@ -291,11 +305,13 @@ _TUNED = {}
 
 def tuned(kernel):
     """``kernel`` wrapped in Triton's autotuner (GPU only): one tuning per head width, causal
-    flag, power-of-two length (``len_bucket``) and, for the backward, gradients wanted.
+    flag, row statistics, power-of-two length (``len_bucket``) and, for the backward, gradients
+    wanted.
     Configurations that need more shared memory than the GPU has fail to compile and are
     dropped by the autotuner."""
     name = kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__
     if name not in _TUNED:
-        key = ["HEAD_DIM", "IS_CAUSAL", "len_bucket"] + (["WANT_DQ", "WANT_DKV"] if name in RESET else [])
+        key = ["HEAD_DIM", "IS_CAUSAL", "MAX_AND_SUM", "len_bucket"]
+        key += ["WANT_DQ", "WANT_DKV"] if name in RESET else []
         _TUNED[name] = triton.autotune(CONFIGS[name], key=key, reset_to_zero=RESET.get(name))(kernel)
     return _TUNED[name]
