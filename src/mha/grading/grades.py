@@ -32,8 +32,11 @@ def document(reports, exercises, *, sections: dict | None = None) -> dict:
     JSON unchanged, so a report made from the file equals the one made while grading)."""
     if sections is None:
         from mha.exercises._sections import SECTIONS as sections
+    from .sandbox import weakest
+
     doc = {"format": FORMAT, "version": VERSION,
            "graded": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+           "sandbox": weakest(r.sandbox for r in reports),  # the weakest isolation any submission ran with
            "pseudonym_seed": secrets.token_hex(8),
            "exercises": [exercise_record(e, sections) for e in exercises],
            "submissions": [{**r.as_dict(), "source": str(Path(r.path).resolve())} for r in reports]}
@@ -84,7 +87,11 @@ def taught_text(section: str, titles: dict) -> str:
 
 
 def write(doc: dict, path) -> None:
-    Path(path).write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    """Write ``doc`` to ``path`` whole or not at all (a new file, then renamed over it)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    tmp.replace(path)
 
 
 # ----------------------------------------------------------------------------- reading
