@@ -79,7 +79,7 @@ def confine(cfg, progress_fd: int, libc, modules) -> str:
             os._exit(REFUSED_EXIT)
     else:
         drop_privileges(cfg)
-    if not seccomp.install() and level == "landlock":
+    if not (cfg.get("seccomp", True) and seccomp.install()) and level == "landlock":
         level = "none"
     return level
 

@@ -48,8 +48,9 @@ PROTECTS = {
                       "submissions and home folders hidden, everything else read-only, no capabilities",
     "landlock": "Landlock and seccomp: only the system, Python and the job's own folders can be read, only the job's "
                 "folders written; no sockets, no ptrace; processes left behind are killed",
-    "none": "NO ISOLATION: the submissions run as you, with the network, and can read, change or delete anything "
-            "you can, including your other files, other submissions and the grades",
+    "none": "NO ISOLATION: the submissions run as you and can read, change or delete anything you can, including "
+            "your other files, other submissions and the grades (a seccomp filter, where the kernel has one, still "
+            "keeps them off the network)",
 }
 
 
@@ -306,7 +307,7 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
             *site_dirs()]
     cfg = {"progress_fd": write_fd, "site": site_dirs(), "hide": hide, "keep": keep, "limits": limits.as_dict(),
            "uid": user[0] if user else None, "gid": user[1] if user else None,
-           "levels": isolation.levels(), "require": isolation.required(), "run": jobs}
+           "levels": isolation.levels(), "require": isolation.required(), "seccomp": SECCOMP_FILTER, "run": jobs}
     (jobdir / "config.json").write_text(json.dumps(cfg))
     stderr = open(jobdir / "stderr.txt", "ab")
     zygote = _take_zygote(limits.startup_s)
@@ -405,6 +406,9 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
 # many seconds, or until the worker has exited, before it looks at the worker; so the
 # worker writes its last progress lines and exits inside that window every time.
 PAUSE_AFTER_SELECT_TIMEOUT_S = 0.0
+# Tests only (True in production): False leaves the worker's seccomp filter out, to show
+# that the attacks it stops would succeed without it.
+SECCOMP_FILTER = True
 MAX_DRAIN_BYTES = 1 << 20
 
 
