@@ -54,7 +54,10 @@ def enter(libc, cfg, *, user: bool) -> str:
     if not mount(libc, None, "/", None, MS_REC | MS_PRIVATE, None):
         return "failed"
     owner = (uid, gid) if user or cfg.get("uid") is None else (cfg["uid"], cfg["gid"])
-    return "ok" if view(libc, cfg, owner) else "failed"
+    try:
+        return "ok" if view(libc, cfg, owner) else "failed"
+    except OSError:  # a folder to keep that cannot be opened, a mount table that cannot be read
+        return "failed"
 
 
 def _map_self(uid: int, gid: int) -> bool:
