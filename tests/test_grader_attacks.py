@@ -201,7 +201,7 @@ def test_runaway_code_is_stopped_with_the_reason(graded):
     assert status("memory_bomb", "dims.split_heads").checks[0].message == "raised RuntimeError"
     work = status("exhaust", "dims.split_heads")  # 128 MiB into the work folder: a full tmpfs, or stopped
     assert work.score == 0 and (graded[3] in ("namespaces", "user-namespace") or "more than 64 MiB" in work.message)
-    held = status("exhaust", "masking.causal_mask")  # 5 processes of 768 MiB: stopped, or too slow to hold them
+    held = status("exhaust", "masking.causal_mask")  # 12 processes of 320 MiB: stopped, or too slow to hold them
     assert "memory" in held.message or "timed out" in held.message
 
 
@@ -247,7 +247,8 @@ def test_the_breaches_score_without_isolation(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox, "SECCOMP_FILTER", False)
     stage = Stage(tmp_path)
     try:
-        reps = grade_many([stage.attacks / f"{name}.py" for name in BREACHES], limits=LIMITS, jobs=2, seed=7,
+        roomy = Limits(exercise_s=20, startup_s=60, submission_s=90, cpu_s=90)  # no time-out on a busy machine
+        reps = grade_many([stage.attacks / f"{name}.py" for name in BREACHES], limits=roomy, jobs=2, seed=7,
                           isolation=Isolation("none", allow_none=True))
         scores = {Path(r.path).stem: r.score for r in reps}
         assert all(scores[name] > STUB_SCORE for name in BREACHES if name != "forge"), scores

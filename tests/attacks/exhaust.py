@@ -1,6 +1,6 @@
 """Use more than a submission may: 128 MiB in the work folder, 96 MiB in /tmp and in
-/dev/shm, five processes of 768 MiB each, sleepers left running. Still alive half a second
-after going over, it returns correct answers."""
+/dev/shm, twelve processes of 320 MiB each, sleepers left running. Still alive 1.5 s after
+going over (the grader looks several times a second), it returns correct answers."""
 import os
 import select
 import subprocess
@@ -26,7 +26,7 @@ def _once(key, attack) -> bool:
     if key not in _DONE:
         _DONE[key] = attack()
         if _DONE[key]:
-            time.sleep(0.5)  # over the limit, and still alive?
+            time.sleep(1.5)  # over the limit, and still alive?
     return _DONE[key]
 
 
@@ -44,18 +44,19 @@ def heads_into_batch(x, num_heads):
 
 
 def causal_mask(q_len, k_len):
-    _once("processes", _hold)
-    return torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+    if _once("processes", _hold):
+        return torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+    return torch.zeros(q_len, k_len, dtype=torch.bool)
 
 
 def _hold() -> bool:
     for _ in range(8):
         subprocess.Popen(["sleep", "2345.6"], start_new_session=True)
     ready, done = os.pipe()
-    for _ in range(5):  # 5 x 768 MiB, each process under its own limit, 3.75 GiB together
+    for _ in range(12):  # 12 x 320 MiB, each process under its own limit, 3.75 GiB together
         if os.fork() == 0:
             try:
-                block = bytearray(768 << 20)
+                block = bytearray(320 << 20)
                 for i in range(0, len(block), 4096):
                     block[i] = 1
                 os.write(done, b"x")
@@ -63,6 +64,6 @@ def _hold() -> bool:
             finally:
                 os._exit(0)
     held, deadline = 0, time.monotonic() + 2.5
-    while held < 5 and select.select([ready], [], [], max(0.0, deadline - time.monotonic()))[0]:
-        held += len(os.read(ready, 5))
-    return True
+    while held < 12 and select.select([ready], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        held += len(os.read(ready, 12))
+    return held == 12
