@@ -202,10 +202,6 @@ def _grade(args) -> int:
             print(f"mha grade: {option} {target}: {why}", file=sys.stderr)
             return 2
 
-    isolation = _isolation(args)
-    if isinstance(isolation, int):
-        return isolation
-
     # After the checks that need nothing of the course: these import torch (a second or two).
     from mha.exercises import ExerciseFileError, load_exercises, select
     from mha.exercises._load import DRAWS
@@ -253,6 +249,9 @@ def _grade(args) -> int:
     except ValueError as e:
         print(f"mha grade: {e}", file=sys.stderr)
         return 2
+    isolation = _isolation(args)  # the last check: said, or refused, before any grading
+    if isinstance(isolation, int):
+        return isolation
     limits = Limits(exercise_s=args.exercise_timeout, submission_s=args.submission_timeout,
                     cpu_s=int(args.submission_timeout) + 5)
     tty = sys.stderr.isatty()
