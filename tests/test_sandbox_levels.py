@@ -99,6 +99,12 @@ def test_each_level_asked_for_is_reached_or_a_weaker_one_and_none_is_none():
         assert reached["user-namespace"] in ("landlock", "none")
 
 
+def test_the_command_line_offers_the_levels_of_the_sandbox():
+    from mha import cli
+
+    assert cli.ISOLATION_LEVELS == LEVELS
+
+
 def test_an_unknown_level_is_refused_with_its_name():
     with pytest.raises(ValueError, match="'chroot' is not one of namespaces"):
         Isolation("chroot")

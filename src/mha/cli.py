@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mha.grading.sandbox import LEVELS as ISOLATION_LEVELS
+# mha.grading.sandbox.LEVELS (tests/test_sandbox_levels.py holds the two equal), not imported
+# here: the sandbox needs a Unix, and the other commands run anywhere.
+ISOLATION_LEVELS = ("namespaces", "user-namespace", "landlock", "none")
 
 
 def main(argv: list[str] | None = None) -> int:
