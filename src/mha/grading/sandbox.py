@@ -23,7 +23,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import pwd
 import select
 import shutil
 import signal
@@ -130,6 +129,8 @@ def unprivileged_user(slot: int = 0) -> tuple[int, int] | None:
     ``nogroup``/``nobody``'s."""
     if os.getuid() != 0:
         return None
+    import pwd  # Unix only: here, not at the top, so that mha report imports this anywhere
+
     try:
         gid = pwd.getpwnam("nobody").pw_gid
     except KeyError:
