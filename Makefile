@@ -67,7 +67,8 @@ seeds: $(STAMP)
 # times are in _build/artifacts/execution-times.txt. The browser's per-page checks run on a
 # sample, one page of each kind; MHA_SITE_PAGES=all make test checks every page, as CI does.
 # The grader's own tests (tests/test_the_tests.py) are left out: `make test-the-tests` runs them,
-# and CI runs both.
+# and CI runs both. The grader's attack suite runs at each isolation level the machine offers,
+# and, run as root, again as an ordinary user it makes (tests/test_grader_attacks.py).
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -n 2 --dist loadfile --no-loadscope-reorder --durations=10 \
 	  --ignore=tests/test_the_tests.py

@@ -32,6 +32,7 @@ import nbformat
 
 from mha.exercises import EXERCISES, select
 from mha.grading.answer_key import function_source, write_answer_key
+from mha.grading import sandbox
 from mha.grading.grader import grade_many
 from mha.notebooks import STUB, write_student_notebooks
 
@@ -107,6 +108,7 @@ def main(argv=None) -> None:
         "cpu_seconds_each": round(sum(b["cpu_seconds_each"] * b["submissions"] for b in batches.values()) / n, 3),
         "load_average": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(), "machine": platform.machine(), "root": os.getuid() == 0,
+        "isolation": sandbox.probe(),  # the level the workers confined themselves at (book/grading.md)
         "batches": batches,
     }
     for name, b in batches.items():

@@ -147,6 +147,20 @@ def test_the_csv_holds_every_number_of_the_page_under_the_same_key(graded):
     assert not different, different
 
 
+def test_the_page_says_with_what_isolation_the_submissions_ran(graded):
+    from mha.grading import sandbox
+
+    level = sandbox.probe()
+    assert graded.data["sandbox"] == level and graded.keyed["class||isolation"] == level
+    assert {s["sandbox"] for s in graded.data["submissions"] if s["sandbox"]} == {level}
+
+
+def test_a_grades_file_without_the_isolation_says_it_was_not_recorded(graded):
+    older = {**graded.data, "submissions": [{k: v for k, v in s.items() if k != "sandbox"}
+                                            for s in graded.data["submissions"]]}
+    assert classstats.build(older).isolation == "not recorded"
+
+
 def test_the_counts_on_the_page_equal_the_counts_in_the_json_report(graded):
     """Worked out here from the JSON report and the roster alone, independently of mha.grading."""
     page = graded.keyed

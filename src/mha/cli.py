@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+# mha.grading.sandbox.LEVELS (tests/test_sandbox_levels.py holds the two equal), not imported
+# here: the sandbox needs a Unix, and the other commands run anywhere.
+ISOLATION_LEVELS = ("namespaces", "user-namespace", "landlock", "none")
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -41,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="hidden draws on which --exercises files are checked when loaded (default 20; fewer is "
                         "quicker while writing one)")
     g.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    g.add_argument("--isolation", choices=ISOLATION_LEVELS, default=ISOLATION_LEVELS[0],
+                   help="the strongest isolation to try (default: namespaces as root, else a user namespace, else "
+                        "Landlock, the first this machine allows); a weaker one only to compare them")
+    g.add_argument("--allow-unsandboxed", action="store_true",
+                   help="grade even where no isolation is to be had (then each submission runs as you and can read, "
+                        "change or delete your files); without it mha grade refuses")
 
     r = sub.add_parser("report", help="make the class report again from the grades of mha grade --json")
     r.add_argument("grades", nargs="+", metavar="GRADES.json",
@@ -239,6 +249,9 @@ def _grade(args) -> int:
     except ValueError as e:
         print(f"mha grade: {e}", file=sys.stderr)
         return 2
+    isolation = _isolation(args)  # the last check: said, or refused, before any grading
+    if isinstance(isolation, int):
+        return isolation
     limits = Limits(exercise_s=args.exercise_timeout, submission_s=args.submission_timeout,
                     cpu_s=int(args.submission_timeout) + 5)
     tty = sys.stderr.isatty()
@@ -250,8 +263,10 @@ def _grade(args) -> int:
         print(("\r\033[K" + msg) if tty else msg, file=sys.stderr, end="" if tty and done < total else "\n",
               flush=True)
 
-    reports_ = grade_many(paths, exercises, limits=limits, jobs=args.jobs, seed=args.seed, on_done=progress)
+    reports_ = grade_many(paths, exercises, limits=limits, jobs=args.jobs, seed=args.seed, on_done=progress,
+                          isolation=isolation)
     print(reports.table(reports_, exercises))
+    _said_isolation(reports_, isolation)
     if args.details:
         for r in reports_:
             print()
@@ -273,6 +288,38 @@ def _grade(args) -> int:
         made = _class_report(doc, [], roster, args, args.report, "mha grade")
         status = max(status, made)
     return status
+
+
+def _isolation(args):
+    """The isolation mha grade will use, said on stderr; or the exit status 2 after saying
+    why it will not grade (no isolation here, and no --allow-unsandboxed)."""
+    from mha.grading import sandbox
+
+    isolation = sandbox.Isolation(args.isolation, allow_none=args.allow_unsandboxed)
+    level = sandbox.probe(isolation)
+    if level == "none" and not args.allow_unsandboxed:
+        print(f"mha grade: refused: no isolation is to be had here ({sandbox.PROTECTS['none']}). Grade as root, in a "
+              "container (book/grading.md says how), or on a machine that allows user namespaces or Landlock; "
+              "--allow-unsandboxed grades anyway", file=sys.stderr)
+        return 2
+    if level == "none":
+        line = "!" * 78
+        print(f"{line}\nmha grade: WARNING: grading WITHOUT ISOLATION (--allow-unsandboxed).\n"
+              f"{sandbox.PROTECTS['none']}.\nGrade only submissions you trust this way.\n{line}", file=sys.stderr)
+    else:
+        print(f"mha grade: isolation: {level} ({sandbox.PROTECTS[level]})", file=sys.stderr)
+    return isolation
+
+
+def _said_isolation(reports_, isolation) -> None:
+    """Name the submissions whose workers reached a weaker isolation than the probe did."""
+    from mha.grading import sandbox
+
+    expected = sandbox.probe(isolation)
+    weaker = [r.student for r in reports_ if r.sandbox and sandbox.weakest([r.sandbox, expected]) != expected]
+    if weaker:
+        print(f"mha grade: WARNING: {len(weaker)} submission(s) ran with less isolation than {expected}: "
+              f"{', '.join(weaker[:10])} (see each one's \"sandbox\" in --json)", file=sys.stderr)
 
 
 def _warn(reports_, exercises) -> int:

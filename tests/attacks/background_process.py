@@ -1,4 +1,6 @@
-"""Leave processes behind that outlive the exercise (one in its own session)."""
+"""Leave processes behind that outlive the exercise (one in its own session, named
+mha-attack-left, as the test looks for it)."""
+import ctypes
 import os
 import subprocess
 import time
@@ -9,6 +11,7 @@ def shapes(batch, seq_len, embed_dim, num_heads):
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
+            ctypes.CDLL(None).prctl(15, b"mha-attack-left", 0, 0, 0)  # PR_SET_NAME
             while True:
                 time.sleep(0.5)
                 try:

@@ -3,11 +3,12 @@ makes the inputs, computes the expected answers, compares and writes every repor
 with the exercise framework, :mod:`mha.autograde`, the same judge as ``check``.
 
 Modules: ``extract`` (read notebooks, keep what the exercises need), ``worker`` (the sandboxed
-side), ``sandbox`` (starting and watching workers), ``grader`` (scoring), ``reports`` (table,
-JSON, CSV, Gradescope), ``autograder`` (the Gradescope zip), ``answer_key`` (every exercise
-solved by its model answer, as a lesson to grade); the class report: ``grades`` (a run's
-grades as one JSON document, read back and merged), ``classstats`` (its numbers, as plain
-data), ``classreport`` (the page, from ``templates/``), ``figures`` (its inline SVG),
+side; it confines itself with ``confine``, ``namespaces``, ``landlock`` and ``seccomp``),
+``sandbox`` (starting and watching workers, with ``watch``), ``grader`` (scoring), ``reports``
+(table, JSON, CSV, Gradescope), ``autograder`` (the Gradescope zip), ``answer_key`` (every
+exercise solved by its model answer, as a lesson to grade); the class report: ``grades`` (a
+run's grades as one JSON document, read back and merged), ``classstats`` (its numbers, as
+plain data), ``classreport`` (the page, from ``templates/``), ``figures`` (its inline SVG),
 ``anonymise`` (names out of code and text, pseudonyms) and ``roster`` (the class list). See
 book/grading.md.
 """

@@ -179,6 +179,7 @@ class ClassReport:
     unmatched: list[StudentRow] = field(default_factory=list)   # submissions not on the roster
     notes: list[str] = field(default_factory=list)
     key: list[dict] = field(default_factory=list)               # pseudonym -> student, when pseudonymised
+    isolation: str = ""        # the weakest isolation a graded submission ran with (sandbox.LEVELS), or "not recorded"
 
 
 # ----------------------------------------------------------------------------- building
@@ -220,7 +221,7 @@ def build(doc: dict, *, roster: list[RosterStudent] | None = None, pseudonymise:
         lesson_sections=lesson_sections, students=[s for s in students if s.submitted],
         sections=sections, teach=teach, teach_more=more, taught=_taught(stats, graded),
         pseudonymised=pseudonymise, site_url=site_url, graded=doc.get("graded", ""), roster=bool(roster),
-        notes=list(notes or []))
+        notes=list(notes or []), isolation=_isolation(doc))
     report.nothing = [s for s in students if not s.submitted]
     report.forbidden = [s for s in students if any("forbidden" in p for p in s.problems)]
     report.unmatched = [s for s in students if roster and s.section == NOT_ON_ROSTER]
@@ -557,6 +558,16 @@ def _taught(stats: list[ExerciseStats], rows: list[_Row]) -> list[Taught]:
     return sorted(out, key=lambda t: (-t.students, -t.answers, t.link.text))
 
 
+def _isolation(doc: dict) -> str:
+    """The weakest isolation level any submission of ``doc`` ran with (a merged document:
+    the weakest of its runs); "not recorded" for a grades file of an older mha grade."""
+    from .sandbox import weakest
+
+    if any("sandbox" not in s for s in doc["submissions"]):
+        return "not recorded"
+    return weakest(s["sandbox"] for s in doc["submissions"]) or "no code ran"
+
+
 # ----------------------------------------------------------------------------- the numbers, keyed
 
 def numbers(report: ClassReport) -> list[tuple[str, str, str, object, str]]:
@@ -565,6 +576,7 @@ def numbers(report: ClassReport) -> list[tuple[str, str, str, object, str]]:
     the scope ``"<scope> (<section>)"``."""
     rows: list[tuple[str, str, str, object, str]] = [
         ("class", "", "submissions", report.submissions, ""),
+        ("class", "", "isolation", report.isolation, ""),
         ("class", "", "wrong", sum(e.tally.wrong for e in report.exercises), ""),
         ("class", "", "unexplained", sum(e.tally.unexplained for e in report.exercises), "")]
     if report.roster or report.nothing:

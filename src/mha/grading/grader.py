@@ -77,6 +77,7 @@ class SubmissionReport:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     files: list[str] = field(default_factory=list)  # the files read (a folder's, by name); none: nothing to grade
+    sandbox: str = ""  # the weakest isolation level its workers reached (sandbox.LEVELS); "": nothing ran
 
     def as_dict(self):
         return asdict(self)
@@ -86,9 +87,10 @@ class SubmissionReport:
 
 def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: sandbox.Limits | None = None,
                      seed: int | None = None, tmp_root: str | None = None, slot: int = 0,
-                     student: str | None = None) -> SubmissionReport:
+                     student: str | None = None, isolation: sandbox.Isolation | None = None) -> SubmissionReport:
     """Grade one submission file or folder. Never raises for anything the submission does.
-    ``student``: the name the reports give it (default: derived from the path)."""
+    ``student``: the name the reports give it (default: derived from the path).
+    ``isolation``: the levels its worker may use (default: any but none)."""
     t0 = time.monotonic()
     exercises = exercises or select()
     limits = limits or sandbox.Limits()
@@ -140,7 +142,8 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
                                               *exercise_dirs(ex for _, ex, _ in to_run)])
             jobs = [{"index": i, "function": ex.function, "traps": _traps(ex), "trace": ex.audit is not None,
                      "launches": ex.kernel, "exercise_s": _limit_s(ex, limits)} for i, ex, _ in to_run]
-            run = sandbox.run_job(jobdir, jobs, limits, hide=hide, user=user)
+            run = sandbox.run_job(jobdir, jobs, limits, hide=hide, user=user, isolation=isolation)
+            report.sandbox = run.level
             load = _read_json(jobdir / "out" / "load.json")
             for err in (load or {}).get("errors", [])[:5] if isinstance(load, dict) else []:
                 if isinstance(err, str):
@@ -363,10 +366,14 @@ def unique_names(paths, *, repeats: bool = False) -> list[str]:
 
 
 def grade_many(paths, exercises=None, *, limits=None, jobs: int = 2, seed: int | None = None,
-               on_done=None) -> list[SubmissionReport]:
+               on_done=None, isolation: sandbox.Isolation | None = None) -> list[SubmissionReport]:
     """Grade several submissions ``jobs`` at a time; ``on_done(report, n_done, n_total)``
     is called as each finishes. Reports come back in the order of ``paths``, each under a
-    name of its own (``unique_names``)."""
+    name of its own (``unique_names``). Raises ``sandbox.NoIsolation``, before grading
+    anything, where no isolation is to be had and ``isolation`` does not allow that."""
+    isolation = isolation or sandbox.Isolation()
+    if sandbox.probe(isolation) == "none" and not isolation.allow_none:
+        raise sandbox.NoIsolation(f"no isolation is available here ({sandbox.PROTECTS['none']})")
     paths = list(paths)
     names = unique_names(paths, repeats=True)
     exercises = exercises or select()
@@ -382,7 +389,7 @@ def grade_many(paths, exercises=None, *, limits=None, jobs: int = 2, seed: int |
         slot = slots.get()
         try:
             r = _grade_or_report(path, exercises, limits=limits, seed=seed, tmp_root=tmp_root, slot=slot,
-                                 student=name)
+                                 student=name, isolation=isolation)
         finally:
             slots.put(slot)
         with lock:

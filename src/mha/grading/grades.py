@@ -30,8 +30,11 @@ class GradesError(ValueError):
 def document(reports, exercises) -> dict:
     """The JSON document of a grading run: plain data only (it survives a round trip through
     JSON unchanged, so a report made from the file equals the one made while grading)."""
+    from .sandbox import weakest
+
     doc = {"format": FORMAT, "version": VERSION,
            "graded": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+           "sandbox": weakest(r.sandbox for r in reports),  # the weakest isolation any submission ran with
            "pseudonym_seed": secrets.token_hex(8),
            "exercises": [exercise_record(e) for e in exercises],
            "submissions": [{**r.as_dict(), "source": str(Path(r.path).resolve())} for r in reports]}
@@ -61,7 +64,11 @@ def exercise_record(ex) -> dict:
 
 
 def write(doc: dict, path) -> None:
-    Path(path).write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    """Write ``doc`` to ``path`` whole or not at all (a new file, then renamed over it)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    tmp.replace(path)
 
 
 # ----------------------------------------------------------------------------- reading

@@ -10,6 +10,12 @@ environment, folder, namespaces, limits, user) and exits after one submission, s
 the same process the plain start gives. ``MHA_GRADER_ZYGOTE=0`` turns the zygote off. An exercise that runs past its time limit, or a worker that
 dies, costs only the exercise that was running: the process group is killed and a fresh
 worker carries on with the exercises left. Nothing the worker prints is read.
+
+The worker confines itself at the strongest level the machine allows (``LEVELS``, see
+``confine.py``) and says which it reached (``L n``); ``probe`` finds that level before a
+batch, so that ``mha grade`` can say it, and refuse to grade with no isolation at all
+unless told to (``Isolation.allow_none``). While a worker runs, ``watch.JobWatch`` bounds
+what its folders and processes use in all.
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import pwd
 import select
 import shutil
 import signal
@@ -29,7 +34,52 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .watch import DISK_INTERVAL_S, JobWatch
+
 WORKER = Path(__file__).with_name("worker.py")
+
+# The isolation levels, strongest first (the worker's confine.py has the same tuple).
+LEVELS = ("namespaces", "user-namespace", "landlock", "none")
+PROTECTS = {
+    "namespaces": "run as root: new mount, network, PID and IPC namespaces, the course, other submissions and "
+                  "home folders hidden, everything else read-only, an unprivileged user per grading slot",
+    "user-namespace": "an unprivileged user namespace: new mount, network, PID and IPC namespaces, the course, other "
+                      "submissions and home folders hidden, everything else read-only, no capabilities",
+    "landlock": "Landlock and seccomp: only the system, Python and the job's own folders can be read, only the job's "
+                "folders written; no sockets, no ptrace; processes left behind are killed",
+    "none": "NO ISOLATION: the submissions run as you and can read, change or delete anything you can, including "
+            "your other files, other submissions and the grades (a seccomp filter, where the kernel has one, still "
+            "keeps them off the network)",
+}
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Which levels a worker may use: ``strongest`` and those below it; at ``none`` (no
+    isolation) a submission runs only with ``allow_none``."""
+
+    strongest: str = LEVELS[0]
+    allow_none: bool = False
+
+    def __post_init__(self):
+        if self.strongest not in LEVELS:
+            raise ValueError(f"isolation: {self.strongest!r} is not one of {', '.join(LEVELS)}")
+
+    def levels(self) -> list[str]:
+        return list(LEVELS[LEVELS.index(self.strongest):])
+
+    def required(self) -> str:
+        return "none" if self.allow_none else "landlock"
+
+
+class NoIsolation(RuntimeError):
+    """Grading would run the submissions with no isolation, and that was not allowed."""
+
+
+def weakest(levels) -> str:
+    """The weakest of ``levels`` (names of LEVELS; others are ignored), or "" for none."""
+    known = [LEVELS.index(v) for v in levels if v in LEVELS]
+    return LEVELS[max(known)] if known else ""
 
 
 @dataclass
@@ -47,10 +97,14 @@ class Limits:
     memory_bytes: int = 3 << 30    # RLIMIT_AS (torch alone reserves about 1 GB of address space)
     processes: int = 256           # RLIMIT_NPROC (counts the threads of the unprivileged user)
     file_bytes: int = 16 << 20     # RLIMIT_FSIZE
+    # the job's work and out folders together, and each of /tmp, /dev/shm and the work folder's
+    # tmpfs in the namespace levels; the memory of all its processes together is memory_bytes
+    disk_bytes: int = 64 << 20
 
     def as_dict(self):
         return {"cpu_s": int(self.cpu_s), "memory_bytes": int(self.memory_bytes),
-                "processes": int(self.processes), "file_bytes": int(self.file_bytes)}
+                "processes": int(self.processes), "file_bytes": int(self.file_bytes),
+                "disk_bytes": int(self.disk_bytes)}
 
 
 @dataclass
@@ -62,6 +116,7 @@ class RunReport:
     # wall-clock seconds each exercise ran, from its start line to its done line (or to its
     # time limit), as the watcher saw them: for reports only, never for scoring
     seconds: dict[int, float] = field(default_factory=dict)
+    level: str = ""  # the weakest isolation level its workers reached ("" if none said)
 
 
 FIRST_UID = 62000  # workers grading at the same time run as 62000, 62001, ...
@@ -74,6 +129,8 @@ def unprivileged_user(slot: int = 0) -> tuple[int, int] | None:
     ``nogroup``/``nobody``'s."""
     if os.getuid() != 0:
         return None
+    import pwd  # Unix only: here, not at the top, so that mha report imports this anywhere
+
     try:
         gid = pwd.getpwnam("nobody").pw_gid
     except KeyError:
@@ -118,14 +175,74 @@ SYSTEM = {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc"
 
 def hidden_candidates(extra: list[str]) -> list[str]:
     """Folders the worker covers: every top-level folder that is not part of the system
-    (/tmp, /home, /root, /opt, /srv, project folders...), /var/tmp, /dev/shm, and ``extra``
+    (/tmp, /home, /root, /opt, /srv, project folders...), /var/tmp, /dev/shm, the terminals
+    (/dev/pts) and the users' session folders (/run/user), and ``extra``
     (the course's own folders, the submission's folder). The worker keeps reachable what
     it needs inside them (Python, site-packages, its job folder)."""
     try:
         top = [f"/{n}" for n in os.listdir("/") if n not in SYSTEM]
     except OSError:
         top = ["/tmp", "/home", "/root", "/opt", "/srv"]
-    return sorted(set(top + ["/var/tmp", "/dev/shm"] + list(extra)))
+    return sorted(set(top + ["/var/tmp", "/dev/shm", "/dev/pts", "/run/user"] + list(extra)))
+
+
+_probed: dict[str, str] = {}
+
+
+def probe(isolation: Isolation | None = None) -> str:
+    """The level a worker reaches here, at most ``isolation.strongest``: a worker started for
+    an empty job confines itself as for a submission (the same folders hidden) and says how
+    far it got; it imports nothing else, so this takes a fraction of a second. Remembered
+    for the life of this process: the machine does not change under it."""
+    import tempfile
+
+    isolation = isolation or Isolation()
+    if isolation.strongest in _probed:
+        return _probed[isolation.strongest]
+    base = Path(tempfile.mkdtemp(prefix="mha-probe-"))
+    read_fd = None
+    try:
+        os.chmod(base, 0o711)
+        jobdir = base / "job"
+        for folder in (jobdir, jobdir / "work", jobdir / "out"):
+            folder.mkdir(mode=0o755)
+        user = unprivileged_user(0)
+        if user:
+            for folder in (jobdir / "work", jobdir / "out"):
+                os.chown(folder, *user)
+        read_fd, write_fd = os.pipe()
+        keep = [str(jobdir), sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent)]
+        cfg = {"progress_fd": write_fd, "hide": hidden_candidates([]), "keep": keep, "limits": Limits().as_dict(),
+               "uid": user[0] if user else None, "gid": user[1] if user else None,
+               "levels": isolation.levels(), "require": "none"}
+        (jobdir / "config.json").write_text(json.dumps(cfg))
+        try:
+            proc = subprocess.Popen([sys.executable, "-I", "-S", str(WORKER), "--probe", str(jobdir)],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    cwd=str(jobdir / "work"), env=clean_env(jobdir / "work"),
+                                    start_new_session=True, pass_fds=(write_fd,))
+        finally:
+            os.close(write_fd)
+        said = b""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(said) < 1024:
+            ready, _, _ = select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(read_fd, 1024) if ready else b""
+            if not chunk:
+                break
+            said += chunk
+        _kill(proc, None)
+        level = "none"
+        for line in said.decode("ascii", "replace").splitlines():
+            kind, _, n = line.partition(" ")
+            if kind == "L" and n.isdigit() and int(n) < len(LEVELS):
+                level = LEVELS[int(n)]
+        _probed[isolation.strongest] = level
+        return level
+    finally:
+        if read_fd is not None:
+            os.close(read_fd)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def clean_env(home: Path) -> dict[str, str]:
@@ -137,10 +254,13 @@ def clean_env(home: Path) -> dict[str, str]:
             "TRITON_INTERPRET": "1"}
 
 
-def run_job(jobdir: Path, jobs: list[dict], limits: Limits, *, hide: list[str], user) -> RunReport:
+def run_job(jobdir: Path, jobs: list[dict], limits: Limits, *, hide: list[str], user,
+            isolation: Isolation | None = None) -> RunReport:
     """Run ``jobs`` (dicts with index, function, traps) in workers until each is done or
     has a reason for having no result."""
+    isolation = isolation or Isolation()
     report = RunReport()
+    levels: list[str] = []
     start = time.monotonic()
     pending = list(jobs)
     while pending:
@@ -149,7 +269,7 @@ def run_job(jobdir: Path, jobs: list[dict], limits: Limits, *, hide: list[str], 
             for j in pending:
                 report.status[j["index"]] = "the submission ran past its total time limit"
             break
-        outcome = _one_worker(jobdir, pending, limits, hide, user, left, report.seconds)
+        outcome = _one_worker(jobdir, pending, limits, hide, user, left, report.seconds, isolation, levels)
         started_any = False
         for j in pending:
             st = outcome.get(j["index"])
@@ -164,18 +284,22 @@ def run_job(jobdir: Path, jobs: list[dict], limits: Limits, *, hide: list[str], 
         pending = [j for j in pending if j["index"] not in report.status]
         if pending:
             report.restarts += 1
+    report.level = weakest(levels)
     return report
 
 
 def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budget_s: float,
-                seconds: dict | None = None) -> dict:
+                seconds: dict | None = None, isolation: Isolation | None = None, levels: list | None = None) -> dict:
     """Start one worker for ``jobs``; return {index: "done" or reason} for the exercises it
-    reached, and {-1: reason} when it reached none. ``seconds`` gets how long each ran."""
+    reached, and {-1: reason} when it reached none. ``seconds`` gets how long each ran, and
+    ``levels`` the isolation level it reached."""
+    isolation = isolation or Isolation()
     work = jobdir / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     out = jobdir / "out"
     out.mkdir(exist_ok=True)
+    _tidy(out, {j["index"] for j in jobs})
     for p in (work, out):
         if user:
             os.chown(p, *user)
@@ -184,7 +308,7 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
             *site_dirs()]
     cfg = {"progress_fd": write_fd, "site": site_dirs(), "hide": hide, "keep": keep, "limits": limits.as_dict(),
            "uid": user[0] if user else None, "gid": user[1] if user else None,
-           "isolate": True, "run": jobs}
+           "levels": isolation.levels(), "require": isolation.required(), "seccomp": SECCOMP_FILTER, "run": jobs}
     (jobdir / "config.json").write_text(json.dumps(cfg))
     stderr = open(jobdir / "stderr.txt", "ab")
     zygote = _take_zygote(limits.startup_s)
@@ -205,9 +329,19 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
     hard_deadline = t0 + budget_s
     watch = _Progress(jobs, limits, deadline=t0 + min(limits.startup_s, budget_s),
                       seconds=seconds if seconds is not None else {})
+    usage = JobWatch(jobdir, proc.pid, disk_bytes=limits.disk_bytes, memory_bytes=limits.memory_bytes)
     try:
         while True:
             now = time.monotonic()
+            too_much = usage.over()
+            if too_much:
+                watch.drain(read_fd, result)
+                if watch.current is not None:
+                    result[watch.current] = too_much
+                    watch.stop(watch.current)
+                elif not result:
+                    result[-1] = too_much
+                break
             if now >= watch.deadline or now >= hard_deadline:
                 # Read what is already in the pipe first: a "D i" written just before the
                 # deadline, while this process was not scheduled, still counts.
@@ -227,7 +361,7 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
                     break
                 time.sleep(0.01)
                 continue
-            ready, _, _ = select.select([read_fd], [], [], min(0.2, max(0.0, watch.deadline - now)))
+            ready, _, _ = select.select([read_fd], [], [], min(DISK_INTERVAL_S, max(0.0, watch.deadline - now)))
             if not ready:
                 if PAUSE_AFTER_SELECT_TIMEOUT_S:  # tests only: widen the race below
                     try:
@@ -248,7 +382,14 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
             watch.feed(chunk, result)
         code = proc.poll()
         current = watch.current
-        if current is not None and current not in result:
+        reached = LEVELS[watch.level] if watch.level is not None and 0 <= watch.level < len(LEVELS) else None
+        if reached and levels is not None:
+            levels.append(reached)
+        if reached and LEVELS.index(reached) > LEVELS.index(isolation.required()):
+            result.clear()
+            result[-1] = (f"not run: the sandbox reached only the level {reached!r} here ({PROTECTS[reached]}); "
+                          "mha grade --allow-unsandboxed runs it anyway")
+        elif current is not None and current not in result:
             why = _exit_reason(code)
             result[current] = f"the process ended while this exercise ran ({why})"
             watch.stop(current)
@@ -266,12 +407,16 @@ def _one_worker(jobdir: Path, jobs: list[dict], limits: Limits, hide, user, budg
 # many seconds, or until the worker has exited, before it looks at the worker; so the
 # worker writes its last progress lines and exits inside that window every time.
 PAUSE_AFTER_SELECT_TIMEOUT_S = 0.0
+# Tests only (True in production): False leaves the worker's seccomp filter out, to show
+# that the attacks it stops would succeed without it.
+SECCOMP_FILTER = True
 MAX_DRAIN_BYTES = 1 << 20
 
 
 class _Progress:
-    """The watcher's reading of the worker's progress lines: ``P pid`` (the PID 1 of its
-    namespace), ``S i`` (exercise i started) and ``D i`` (its results are written)."""
+    """The watcher's reading of the worker's progress lines: ``P pid`` (the keeper's child,
+    PID 1 of its namespace where it has one), ``L n`` (the isolation level it reached, an
+    index in LEVELS), ``S i`` (exercise i started) and ``D i`` (its results are written)."""
 
     def __init__(self, jobs, limits: Limits, *, deadline: float, seconds: dict | None = None):
         self.indexes = {j["index"] for j in jobs}
@@ -282,6 +427,7 @@ class _Progress:
         self.deadline = deadline
         self.current = None
         self.inner_pid = None
+        self.level = None  # the index in LEVELS of the isolation the worker reached
         self.buf = b""
         self.eof = False
 
@@ -297,6 +443,8 @@ class _Progress:
             kind, n = parts[0], int(parts[1])
             if kind == "P" and self.inner_pid is None:
                 self.inner_pid = n
+            elif kind == "L" and self.level is None:
+                self.level = n
             elif kind == "S" and n in self.indexes and n not in result:
                 self.current = n
                 self.started = time.monotonic()
@@ -342,23 +490,44 @@ def _exit_reason(code) -> str:
 
 
 def _kill(proc: subprocess.Popen, inner_pid: int | None) -> None:
-    """Kill the worker's process group and the PID-1 of its namespace (taking every
-    process in that namespace with it), then reap."""
-    for target in (("group", proc.pid), ("pid", inner_pid)):
-        kind, pid = target
-        if pid is None:
-            continue
+    """Kill the worker's child and its group (in a namespace level: every process of its
+    PID namespace with it), give its keeper a moment to kill whatever else is left and
+    exit (confine.keep), then kill the keeper's group and reap."""
+    if inner_pid is not None and proc.poll() is None:  # the keeper alive: the pid is still its child's
+        for kill, target in ((os.kill, inner_pid), (os.killpg, inner_pid)):
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
-            if kind == "group":
-                os.killpg(pid, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            proc.wait(timeout=KEEPER_GRACE_S)
+        except subprocess.TimeoutExpired:
             pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # pragma: no cover
         pass
+
+
+KEEPER_GRACE_S = 5.0  # how long the keeper may take to kill what the submission left
+
+
+def _tidy(out: Path, pending: set[int]) -> None:
+    """Before a worker starts: leave in ``out`` only the results of the exercises already
+    done (a worker stopped for what it wrote leaves junk behind)."""
+    for entry in out.iterdir():
+        stem, _, suffix = entry.name.partition(".")
+        if stem.isdigit() and int(stem) not in pending and suffix in ("json", "bin") and entry.is_file() \
+                and not entry.is_symlink():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- zygotes

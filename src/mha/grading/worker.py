@@ -10,29 +10,28 @@ assumed hostile, which is why it may only leave plain data behind (``out/<i>.jso
 
 Order of events:
 1. read ``JOBDIR/config.json`` (written by the grader);
-2. when root: new mount, network and PID namespaces, hide the course's files, the
-   submissions, /tmp and home folders behind empty tmpfs mounts (see ``hide``), fork so that the student's code runs as PID 1
-   of the new namespace (everything it spawns dies with it), mount a fresh /proc;
-3. resource limits (CPU, address space, processes, file size, no core dumps);
-4. when root: drop to an unprivileged user;
-5. import numpy and torch, make ``mha`` importable only as a stub whose functions raise;
-6. run the submission's kept statements, then each exercise's cases, reporting progress
+2. confine itself (``confine.py``): the strongest isolation the machine allows (namespaces
+   as root, a user namespace, or Landlock), a fork into a keeper that kills whatever the
+   submission leaves behind and the child that goes on, resource limits, an unprivileged
+   user or no capabilities, and a seccomp filter; the child writes ``L <level>`` on the
+   progress pipe, and stops there if that level is below the one the grader requires;
+3. (numpy and torch are imported, and ``mha`` made importable only as a stub whose
+   functions raise, before step 2: the hidden files are then out of reach);
+4. run the submission's kept statements, then each exercise's cases, reporting progress
    (``S i`` / ``D i``) on a pipe so that the grader can enforce per-exercise time limits.
 
 This file imports nothing from the course package but ``mha/autograde/wire.py`` and
-``mha/autograde/calls.py`` (loaded by path, first), so it can run while that is hidden.
+``mha/autograde/calls.py``, and its neighbours ``confine.py``, ``namespaces.py``, ``landlock.py``
+and ``seccomp.py`` (all loaded by path, first), so it can run while that is hidden.
+``worker.py --probe JOBDIR`` only confines itself and says the level (``sandbox.probe``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import sys
-
-CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
 
 
 def _libc():
@@ -41,117 +40,19 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _mount(libc, source, target, fstype, flags, data) -> bool:
-    enc = (lambda s: s.encode() if s is not None else None)
-    return libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) == 0
+def load_confinement():
+    """``confine.py`` and the modules it applies, loaded from this folder by path, once."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    names = ("confine", "namespaces", "landlock", "seccomp")
+    if "_mha_confine" not in sys.modules:
+        import importlib.util
 
-
-def isolate(cfg, progress_fd: int) -> None:
-    """Namespaces, hidden paths and the PID-1 fork (root only; best effort)."""
-    libc = _libc()
-    if libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) != 0:
-        return  # no namespaces here (e.g. a container without CAP_SYS_ADMIN): limits still apply
-    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE, None)
-    hide(libc, cfg.get("hide", []), cfg.get("keep", []))
-    expose(libc, cfg.get("keep", []))
-    pid = os.fork()
-    if pid:  # the outer process only waits, as root, so the student cannot signal it
-        os.write(progress_fd, f"P {pid}\n".encode())
-        os.close(progress_fd)
-        for fd in (0, 1, 2):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        _, status = os.waitpid(pid, 0)
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-    # PID 1 of a fresh namespace: a /proc that shows only this namespace.
-    _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-
-
-def hide(libc, candidates, keep) -> None:
-    """Cover each candidate folder with an empty tmpfs (a file with /dev/null), except the
-    folders on the way to a ``keep`` path, whose other entries are covered instead. So the
-    student's code sees the system, Python and its packages and its own job folder, and
-    not the course's sources, other submissions, or anything in /tmp or home folders."""
-    keep = [os.path.realpath(k) for k in keep]
-
-    def cover(p, depth):
-        if os.path.islink(p) or not os.path.exists(p):
-            return
-        if any(p == k or p.startswith(k.rstrip("/") + "/") for k in keep):
-            return  # a kept folder, or inside one
-        if any(k.startswith(p.rstrip("/") + "/") for k in keep):
-            if depth < 6 and os.path.isdir(p):
-                for name in os.listdir(p):
-                    cover(os.path.join(p, name), depth + 1)
-            return
-        if os.path.isdir(p):
-            _mount(libc, "tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755")
-        elif os.path.isfile(p):
-            _mount(libc, "/dev/null", p, None, MS_BIND, None)
-
-    for c in candidates:
-        cover(os.path.realpath(c), 0)
-
-
-def expose(libc, keep) -> None:
-    """Make each ``keep`` folder reachable by the unprivileged user: a folder on its way
-    that others may not enter (a Python installed under /root, mode 700) is covered by an
-    empty tmpfs that others may enter, in which the kept folders are bound back. Without
-    this, any module of the standard library not imported before the privileges go (say
-    ``colorsys``, which sympy needs for torch's meta tensors) would fail to import."""
-    O_PATH = getattr(os, "O_PATH", 0o10000000)
-    keep = sorted({os.path.realpath(k) for k in keep if os.path.isdir(k)})
-    closed: dict[str, list[str]] = {}  # the topmost closed folder -> kept folders below it
-    for k in keep:
-        parts = k.strip("/").split("/")
-        for n in range(1, len(parts)):
-            folder = "/" + "/".join(parts[:n])
-            try:
-                if not os.stat(folder).st_mode & 0o001:
-                    closed.setdefault(folder, []).append(k)
-                    break
-            except OSError:
-                break
-    for folder, inside in closed.items():
-        fds = {k: os.open(k, O_PATH | os.O_DIRECTORY) for k in inside}
-        try:
-            if not _mount(libc, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755"):
-                continue
-            for k, fd in fds.items():
-                os.makedirs(k, mode=0o755, exist_ok=True)
-                _mount(libc, f"/proc/self/fd/{fd}", k, None, MS_BIND | MS_REC, None)
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-
-
-def limit(cfg) -> None:
-    lim = cfg["limits"]
-    settings = [
-        (resource.RLIMIT_CPU, lim["cpu_s"]),
-        (resource.RLIMIT_AS, lim["memory_bytes"]),
-        (resource.RLIMIT_NPROC, lim["processes"]),
-        (resource.RLIMIT_FSIZE, lim["file_bytes"]),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    for what, value in settings:
-        try:
-            resource.setrlimit(what, (value, value))
-        except (ValueError, OSError):
-            pass
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails instead of killing us
-
-
-def drop_privileges(cfg) -> None:
-    if os.getuid() != 0 or cfg.get("uid") is None:
-        return
-    os.setgroups([])
-    os.setgid(cfg["gid"])
-    os.setuid(cfg["uid"])
-    if os.getuid() == 0:  # pragma: no cover - paranoia
-        os._exit(70)
+        for name in names:
+            spec = importlib.util.spec_from_file_location(f"_mha_{name}", os.path.join(here, f"{name}.py"))
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+    return [sys.modules[f"_mha_{name}"] for name in names]
 
 
 # Imported before the privileges go: the unprivileged user may not be able to read the
@@ -335,12 +236,19 @@ def load_calls():
 
 
 def sandboxed(jobdir: str, cfg, progress_fd: int, plain) -> None:
-    """Steps 2 to 6 for one submission, in a process that has preloaded (``main``, or a
+    """Steps 2 to 4 for one submission, in a process that has preloaded (``main``, or a
     child forked by the zygote); never returns."""
-    if os.getuid() == 0 and cfg.get("isolate", True):
-        isolate(cfg, progress_fd)
-    limit(cfg)
-    drop_privileges(cfg)
+    confine, *modules = load_confinement()
+    cfg["jobdir"] = jobdir
+    level = confine.confine(cfg, progress_fd, _libc(), modules)
+    try:
+        os.write(progress_fd, f"L {confine.LEVELS.index(level)}\n".encode())
+    except OSError:
+        pass
+    if confine.LEVELS.index(level) > confine.LEVELS.index(cfg.get("require", "landlock")):
+        os._exit(confine.REFUSED_EXIT)  # the grader says why
+    if cfg.get("probe"):
+        os._exit(0)
     os.chdir(os.path.join(jobdir, "work"))
     try:
         run(jobdir, cfg, progress_fd, plain)
@@ -352,19 +260,22 @@ def sandboxed(jobdir: str, cfg, progress_fd: int, plain) -> None:
 def main(argv) -> None:
     if len(argv) > 1 and argv[1] == "--zygote":
         zygote(argv)
-    jobdir = argv[1]
+    jobdir = argv[2] if argv[1] == "--probe" else argv[1]
     with open(os.path.join(jobdir, "config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
     progress_fd = cfg["progress_fd"]
+    if argv[1] == "--probe":  # no submission: how far confinement gets, without torch
+        sandboxed(jobdir, {**cfg, "probe": True}, progress_fd, None)
     sys.path[:0] = [p for p in cfg.get("site", []) if p not in sys.path]
     plain = load_plain()  # before the package directory is hidden
     preload(plain)
+    load_confinement()
     sandboxed(jobdir, cfg, progress_fd, plain)
 
 
 # ----------------------------------------------------------------------------- zygote
 
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
 
 def zygote(argv) -> None:
@@ -393,6 +304,10 @@ def zygote(argv) -> None:
     gc.collect()
     gc.freeze()  # the children's collections skip the preloaded objects (fewer copied pages)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # a same-user child cannot ptrace or read it
+    # Orphans of its children come to it, and it kills them (confine.reap_all): a keeper
+    # killed before it could clean up leaves nothing behind either.
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    reap_all = load_confinement()[0].reap_all
     sock = socket.socket(fileno=boot["fd"])
 
     def send(obj) -> None:
@@ -428,6 +343,7 @@ def zygote(argv) -> None:
             os.close(fd)
         send({"pid": pid})
         _, status = os.waitpid(pid, 0)
+        reap_all()
         send({"exit": os.waitstatus_to_exitcode(status)})
 
 
