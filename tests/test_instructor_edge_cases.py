@@ -108,7 +108,8 @@ def klass(tmp_path_factory):
             *only, "--jobs", "2", "--json", root / "grades.json", "--gradescope", root / "gs", "--report",
             root / "report", "--roster", roster, "--pseudonymise", "--site-url", SITE, "--quiet")
     page = (root / "report" / classreport.HTML_NAME).read_text()
-    with open(root / "report" / classreport.KEY_NAME, newline="") as f:
+    assert not (root / "report" / classreport.KEY_NAME).exists(), "the key is never in the folder one shares"
+    with open(classreport.key_path(root / "report"), newline="") as f:
         key = list(csv.DictReader(f))
     return root, r, json.loads((root / "grades.json").read_text()), page, key
 
@@ -149,9 +150,10 @@ def test_nothing_a_student_wrote_in_words_reaches_the_shared_page(klass):
     assert "<pre" in page and "torch.exp(scores)" in page, "the answer's code is shown, anonymised"
 
 
-def test_the_pseudonyms_have_a_key_beside_the_report(klass):
+def test_the_pseudonyms_have_a_key_outside_the_folder_of_the_report(klass):
     root, r, data, page, key = klass
-    assert str(root / "report" / classreport.KEY_NAME) in r.stderr
+    assert str(classreport.key_path(root / "report")) in r.stderr
+    assert classreport.key_path(root / "report").parent == (root / "report").resolve().parent
     assert {row["pseudonym"] for row in key} == {f"student {k}" for k in range(1, 10)}
     [victor] = [row for row in key if row["id"] == "20231147"]
     assert victor["name"] == "Victor Leblanc" and victor["path"].endswith("victor_leblanc")
@@ -217,5 +219,5 @@ def test_the_report_is_made_again_from_the_grades_with_the_same_pseudonyms(klass
             "--site-url", SITE)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / classreport.HTML_NAME).read_text() == page
-    with open(tmp_path / classreport.KEY_NAME, newline="") as f:
+    with open(classreport.key_path(tmp_path), newline="") as f:
         assert list(csv.DictReader(f)) == key
