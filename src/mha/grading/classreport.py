@@ -72,8 +72,11 @@ def render(report: ClassReport) -> str:
         items = [(e.number, e.id, e.difficulty, e.discrimination, bool(e.flags)) for e in report.exercises]
         return Markup(figures.scatter(items, DISCRIMINATION_MIN)[0])
 
+    # the sections of "what to teach again" with a student in one of its rows: a column of zeros
+    # ("not on the roster", usually) would crowd the widest table for nothing
+    teach_columns = [s for s in report.sections if any(h.sections.get(s) for h in report.teach)]
     return env.get_template("class-report.html").render(
-        r=report, num=num, histogram=histogram, scatter=scatter, anchor=anchor, fmt=_fmt, rows=ROWS,
+        r=report, teach_columns=teach_columns, num=num, histogram=histogram, scatter=scatter, anchor=anchor, fmt=_fmt, rows=ROWS,
         known={m for _, m in ROWS}, key_name=KEY_NAME, teach_group=TEACH_GROUP, easy=round(100 * EASY_SHARE),
         threshold=round(100 * DISCRIMINATION_MIN))
 

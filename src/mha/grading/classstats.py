@@ -38,6 +38,7 @@ TOP = 10                    # rows of "what to teach again"
 GROUPS = 6                  # answer groups shown per exercise
 TEACH_GROUP = 2             # an answer group (or slip) with no hint is in "what to teach again" from this size
 IDENTICAL_MIN = 3           # answers written, for a submission to be compared whole with the others
+IDENTICAL_WRONG = 2         # identical submissions are flagged with one answer no one else wrote, or this many wrong
 SLOWEST = 5                 # exercises listed as the hardest and the slowest, for the class and per lesson
 MAX_EXAMPLE_LINES = 40
 QUINTILES = 5
@@ -428,7 +429,9 @@ def _contact(report: ClassReport) -> dict[str, list[StudentRow]]:
 
 def _identical(students: list[StudentRow], graded: list[_Row]) -> list[Identical]:
     """Students whose every answer has the same fingerprint (``code_fingerprint``), with at
-    least ``IDENTICAL_MIN`` answers written, wrong ones included."""
+    least ``IDENTICAL_MIN`` answers written, wrong ones included, that share an answer no
+    other student wrote or ``IDENTICAL_WRONG`` wrong answers (the right answers everyone
+    writes alike are no sign of copying)."""
     of = {}
     for r in graded:
         prints = tuple((i, a.get("code_fingerprint", "")) for i, a in sorted(r.answers.items()))
@@ -449,6 +452,8 @@ def _identical(students: list[StudentRow], graded: list[_Row]) -> list[Identical
         wrong = sum(first[i]["status"] == "graded" and first[i]["score"] < first[i]["max_score"] - 1e-9
                     for i, _ in written)
         unique = sum(writers[p] == len(keys) for p in written)
+        if not unique and wrong < IDENTICAL_WRONG:
+            continue  # the commonest answers, the same by chance as often as not
         out.append(Identical(sorted((rows[k] for k in keys), key=lambda s: _natural(s.shown)), len(written),
                              wrong, unique))
     return sorted(out, key=lambda x: (-x.unique, -x.wrong, -len(x.students), _natural(x.students[0].shown)))

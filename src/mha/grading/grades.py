@@ -254,8 +254,8 @@ def against_course(doc: dict, name: str) -> list[str]:
     changed: dict[str, list[str]] = {}
     for e in doc["exercises"]:
         source = (e.get("source") or {}).get("file", "")
-        if not source and e["id"] not in installed and doc.get("version", 0) >= 4:
-            continue  # an exercise of an instructor's file of unknown origin
+        if "source" in e and not source:
+            continue  # an exercise whose file was not known when it was graded
         if not Path(source).is_absolute() and e["id"] not in installed:
             notes.append(f"{name}: {e['id']} is not an exercise of the course installed here (an older or newer "
                          "version's, or a renamed one): the report shows it as it was graded")
