@@ -217,6 +217,9 @@ def apply(doc: dict, owner, own_due: dict[str, str] | None = None) -> tuple[dict
         if o.exercise != LATE and o.exercise not in ids:
             raise AdjustError(f"overrides, line {o.line}: {o.exercise!r} is not an exercise of these grades "
                               f"({', '.join(sorted(ids))}, or {LATE!r} for the late penalty)")
+        if not key:
+            trail.append({**asdict(o), "submission": "", "status": "waiting: nothing of theirs is graded here"})
+            continue
         if o.exercise != LATE:
             answer = next(e for e in subs[key]["exercises"] if e["id"] == o.exercise)
             if o.points > answer["max_score"] + 1e-9:
@@ -226,7 +229,7 @@ def apply(doc: dict, owner, own_due: dict[str, str] | None = None) -> tuple[dict
         trail.append({**asdict(o), "submission": key})
     for (key, exercise), k in last.items():
         for j, t in enumerate(trail):
-            if t["submission"] == key and t["exercise"] == exercise and j != k:
+            if t["submission"] == key and key and t["exercise"] == exercise and j != k:
                 t["status"] = f"replaced by line {rows[k].line}"
         trail[k]["status"] = "applied"
         if exercise == LATE:

@@ -297,7 +297,9 @@ def build(doc: dict, *, roster: list[RosterStudent] | None = None, pseudonymise:
     adjustments = doc.get("adjustments") or {}
     report.due, report.policy = dict(adjustments.get("due") or {}), adjustments.get("late_penalty", "")
     shown = {r.key: r.shown for r in rows}
-    report.trail = [{**t, "shown": shown[t["submission"]]} for t in trail]
+    by_text = {x: r.shown for r in rows for x in (r.roster_id, r.key) if x}
+    report.trail = [{**t, "shown": shown.get(t["submission"]) or by_text.get(t["student"], t["student"])}
+                    for t in trail]
     report.contact = _contact(report)
     if not pseudonymise:
         report.identical = _identical(report.students, graded)
@@ -373,7 +375,8 @@ def _iso_due(text: str) -> str:
 
 def _owner(rows: list[_Row]):
     """The function that finds the submission an override names: by roster id, roster name
-    (as written, any case) or the grader's name for it."""
+    (as written, any case) or the grader's name for it; "" for a student of the roster with
+    nothing graded in these grades (a late run not merged yet)."""
     def owner(o) -> str:
         text = o.student.strip()
         found = [r for r in rows if text in (r.roster_id, r.key)] or \
@@ -386,8 +389,7 @@ def _owner(rows: list[_Row]):
             raise adjust.AdjustError(f"{where}: {text!r} names {len(found)} students "
                                      f"({', '.join(r.roster_id or r.key for r in found)}): give the id")
         if not found[0].submitted or not found[0].answers:
-            raise adjust.AdjustError(f"{where}: {text} has no graded submission to override (grade their work, "
-                                     "or enter the grade in the gradebook)")
+            return ""  # on the roster, nothing graded in these grades (yet): the row waits, in the trail
         return found[0].key
     return owner
 
