@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -221,3 +222,36 @@ def test_the_report_is_made_again_from_the_grades_with_the_same_pseudonyms(klass
     assert (tmp_path / classreport.HTML_NAME).read_text() == page
     with open(classreport.key_path(tmp_path), newline="") as f:
         assert list(csv.DictReader(f)) == key
+
+
+def test_a_class_laid_out_by_section_is_read_two_levels_down(klass, tmp_path):
+    """``mha grade submissions --by-folder`` where submissions/ holds section folders of student
+    folders: every student folder, the empty one too (no phantom student "submissions")."""
+    root = klass[0]
+    r = mha("grade", root / "submissions", "--by-folder", "--only", "onehead.stable_softmax", "--quiet",
+            "--json", tmp_path / "all.json")
+    assert r.returncode == 1, r.stderr  # the empty folder is named
+    assert "holds no notebook but 7 folders in its folders (sections) that do, and 1 empty ones" in r.stderr
+    students = sorted(s["student"] for s in json.loads((tmp_path / "all.json").read_text())["submissions"])
+    assert students == ["ana_silva", "ghost", "li_wei (section-a)", "li_wei (section-b)", "victor_leblanc",
+                        "view_0", "view_1", "view_2"]
+
+
+def test_the_same_grades_file_given_twice_is_named(klass, tmp_path):
+    root = klass[0]
+    r = mha("report", root / "grades.json", root / "grades.json", "--out", tmp_path / "out")
+    assert r.returncode == 2 and "grades.json is given twice" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_copy_of_an_exercise_file_among_the_submissions_is_not_a_student(tmp_path):
+    example = ROOT / "book" / "examples" / "entropy_exercises.py"
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copy(example, subs / "entropy_exercises_copy.py")
+    (subs / "student.py").write_text("import torch\n\ndef attention_entropy(weights):\n"
+                                     "    return -(weights * weights.log()).sum(dim=-1)\n")
+    r = mha("grade", subs, "--exercises", example, "--exercises-draws", "2", "--quiet", "--json",
+            tmp_path / "g.json")
+    assert r.returncode == 0, r.stderr
+    assert "entropy_exercises_copy.py is an exercise file" in r.stderr
+    assert [s["student"] for s in json.loads((tmp_path / "g.json").read_text())["submissions"]] == ["student"]

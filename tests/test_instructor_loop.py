@@ -439,3 +439,66 @@ def test_the_report_and_a_feedback_page_pass_the_browser_checks(round_, loop_tab
     assert axe_problems(loop_tab.page, axe_source, impacts=("minor", "moderate", "serious", "critical"),
                         rules=COLOUR_RULES if dark else None, checked_styles=CHECKED[dark]) == []
     assert loop_tab.errors == [] and loop_tab.external == []
+
+
+# ----------------------------------------------------------------------------- drafts refused at loading
+
+DRAFT = '''from mha.exercises import Mistake
+
+
+def _draft():
+    import torch
+
+    def causal_mask(q_len, k_len):
+{body}
+    return causal_mask
+
+
+MISTAKES = {{"masking.causal_mask": [Mistake({hint!r}, _draft(), name="draft-1")]}}
+'''
+
+
+@pytest.mark.parametrize("body,hint,message", [
+    ("        return torch.ones(q_len, k_len).tril(diagonal=k_len - q_len)", "WRITE THE HINT",
+     "'draft-1' still has the draft's hint"),
+    ("        return torch.ones(q_len, k_len, dtype=torch.bool).tril()", HINT,
+     "'draft-1' (the mask is float: build it as booleans, dtype=...) gives the answers of 'top-left' on every "
+     "check: it is that mistake"),
+    ("        return torch.ones(q_len, k_len, dtype=torch.bool).tril(diagonal=k_len - q_len)", HINT,
+     "'draft-1' (the mask is float: build it as booleans, dtype=...) gets full marks on the public checks"),
+])
+def test_a_draft_is_refused_unless_it_is_a_new_mistake_with_a_hint(tmp_path, body, hint, message):
+    from mha.autograde import ExerciseFileError, get, load_exercises
+
+    before = get("masking.causal_mask")
+    path = tmp_path / "drafts.py"
+    path.write_text(DRAFT.format(body=body, hint=hint))
+    with pytest.raises(ExerciseFileError, match=re.escape(message)):
+        load_exercises(path, draws=2)
+    assert get("masking.causal_mask") is before, "nothing registered"
+
+
+def test_a_draft_with_its_hint_adds_a_named_mistake_until_its_file_is_unloaded(tmp_path, capsys):
+    from mha.autograde import check, get, load_exercises, unregister
+    from mha.autograde.instructor import DRAFT_HINT
+    from mha.grading import drafts
+
+    assert drafts.render([], placeholder=DRAFT_HINT) == drafts.render([]), "one placeholder, in both places"
+    before = get("masking.causal_mask")
+    path = tmp_path / "drafts.py"
+    path.write_text(DRAFT.format(body="        return torch.ones(q_len, k_len).tril(diagonal=k_len - q_len)",
+                                 hint=HINT).replace("draft-1", "float-mask"))
+    try:
+        [ex] = load_exercises(path, draws=2)
+        assert get("masking.causal_mask") is ex and ex.mistakes[-1].name == "float-mask"
+        assert len(ex.mistakes) == len(before.mistakes) + 1
+
+        def causal_mask(q_len, k_len):
+            import torch
+            return torch.ones(q_len, k_len).tril(diagonal=k_len - q_len)
+
+        check("masking.causal_mask", causal_mask)
+        assert "Hint (float-mask): " + HINT in capsys.readouterr().out
+    finally:
+        unregister(path)
+    assert get("masking.causal_mask") is before
