@@ -380,9 +380,12 @@ def test_mha_report_does_not_import_torch(graded, tmp_path):
     code = ("import sys; from mha import cli; status = cli.main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'mha report imported torch'; sys.exit(status)")
     r = subprocess.run([sys.executable, "-c", code, "report", str(graded.folder / "grades.json"),
-                        "--out", str(tmp_path / "again"), "--site-url", SITE], capture_output=True, text=True)
+                        "--out", str(tmp_path / "again"), "--site-url", SITE, "--lms-csv", str(tmp_path / "lms.csv"),
+                        "--canvas", str(tmp_path / "canvas.csv"), "--feedback", str(tmp_path / "feedback"),
+                        "--draft-mistakes", str(tmp_path / "drafts.py")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "again" / classreport.HTML_NAME).is_file()
+    assert (tmp_path / "canvas.csv").is_file() and (tmp_path / "drafts.py").is_file()
 
 
 def test_a_submission_in_two_runs_is_an_error_naming_both_files_unless_replace(graded, tmp_path):

@@ -132,6 +132,9 @@ def round_(tmp_path_factory) -> Round:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(by_id[sid].path, target)
         by_id[sid].path = target
+    visitor = folder / "subs" / "C" / "visitor.py"  # a submission not on the roster
+    visitor.write_text("# sitting in\n" + solved())
+    stamp(visitor, ON_TIME)
     for s in students:
         if s.id not in late:
             stamp(s.path, ON_TIME)
@@ -178,7 +181,8 @@ def runs(round_) -> dict[str, dict]:
     out = {}
     for name in ("grades.json", "late.json"):
         for sub in json.loads((round_.folder / name).read_text())["submissions"]:
-            out[by_name[Path(sub["path"]).stem]] = sub
+            if Path(sub["path"]).stem in by_name:  # not the visitor, who is not on the roster
+                out[by_name[Path(sub["path"]).stem]] = sub
     return out
 
 
@@ -214,6 +218,8 @@ def test_canvas_s_import_gets_the_right_points_for_every_roster_id(round_):
     expected = expected_points(round_)
     got = {r[2]: {"01-one-head": float(r[5]), "05-causal-masking": float(r[6])} for r in rows[2:]}
     assert len(rows) - 2 == len(round_.roster) == STUDENTS + 2, "one row per student of the roster, no other"
+    assert "--canvas" in round_.reported.stderr and "left out 1 submission(s) not on the roster (visitor)" in \
+        round_.reported.stderr
     assert got == expected
     assert got["20990001"] == got["20990002"] == {"01-one-head": 0.0, "05-causal-masking": 0.0}, "no-shows: 0"
     section = {r[2]: r[4] for r in rows[2:]}
@@ -227,7 +233,10 @@ def test_canvas_s_import_gets_the_right_points_for_every_roster_id(round_):
 def test_the_plain_lms_csv_has_every_roster_id_its_status_and_final_points(round_):
     rows = list(csv.DictReader(open(round_.folder / "lms.csv", newline="")))
     expected = expected_points(round_)
-    assert [r["id"] for r in rows if r["id"]] and {r["id"] for r in rows} == set(expected)
+    [visitor] = [r for r in rows if not r["id"]]
+    assert visitor["name"] == "visitor" and visitor["status"] == "graded (not on the roster)"
+    rows.remove(visitor)
+    assert {r["id"] for r in rows} == set(expected)
     for r in rows:
         assert float(r["final"]) == pytest.approx(sum(expected[r["id"]].values()), abs=0.011), r
         assert r["max"] == "12"
@@ -241,10 +250,10 @@ def test_the_plain_lms_csv_has_every_roster_id_its_status_and_final_points(round
 
 def test_the_grader_s_csv_and_gradescope_files_carry_the_roster(round_):
     rows = list(csv.DictReader(open(round_.folder / "grades.csv", newline="")))
-    assert {r["id"] for r in rows} == {row["id"] for row in round_.roster}
-    assert all(r["section"] for r in rows) and sum(r["status"] == "submitted nothing" for r in rows) == 2
+    assert {r["id"] for r in rows} == {row["id"] for row in round_.roster} | {""}
+    assert all(r["section"] for r in rows if r["id"]) and sum(r["status"] == "submitted nothing" for r in rows) == 2
     index = list(csv.DictReader(open(round_.folder / "gs" / "index.csv", newline="")))
-    assert {r["id"] for r in index} == {row["id"] for row in round_.roster}
+    assert {r["id"] for r in index} == {row["id"] for row in round_.roster} | {""}
     one = next(r for r in index if r["folder"])
     data = json.loads((round_.folder / "gs" / one["folder"] / "results.json").read_text())
     assert data["extra_data"] == {"id": one["id"], "name": one["name"], "section": one["section"]}
@@ -252,6 +261,15 @@ def test_the_grader_s_csv_and_gradescope_files_carry_the_roster(round_):
     merged = json.loads((round_.folder / "merged.json").read_text())
     assert {s["id"] for s in merged["roster"]} == {row["id"] for row in round_.roster}
     assert len(merged["adjustments"]["overrides"]) == 3, "the trail, every row"
+
+
+def test_every_number_of_the_page_is_in_the_csv_under_its_key_and_no_other(round_):
+    page = (round_.folder / "report" / classreport.HTML_NAME).read_text()
+    keys = {html.unescape(k) for k in re.findall(r'data-key="([^"]+)"', page)}
+    rows = list(csv.reader(open(round_.folder / "report" / classreport.CSV_NAME, newline="")))[1:]
+    assert keys == {"|".join(r[:3]) for r in rows} and len(rows) > 500
+    assert any(k.startswith("slip|") for k in keys) and any(k.startswith("contact|") for k in keys)
+    assert any(" (not on the roster)|" in k for k in keys)
 
 
 def test_overrides_and_lateness_are_on_the_page_with_their_trail(round_):
@@ -267,7 +285,8 @@ def test_feedback_pages_exist_for_every_submitter_and_hold_nothing_of_anyone_els
     folder = round_.folder / "feedback"
     index = list(csv.DictReader(open(folder / "index.csv", newline="")))
     submitted = {s.id for s in round_.students}
-    assert {r["id"] for r in index} == submitted and len(index) == STUDENTS
+    assert {r["id"] for r in index} == submitted | {""} and len(index) == STUDENTS + 1
+    index = [r for r in index if r["id"]]
     names = {row["id"]: row["name"] for row in round_.roster}
     stems = {s.id: s.path.stem for s in round_.students}
     subs = runs(round_)

@@ -19,7 +19,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from . import figures
-from .classstats import DISCRIMINATION_MIN, EASY_SHARE, TEACH_GROUP, ClassReport, build, numbers
+from .classstats import DISCRIMINATION_MIN, EASY_SHARE, GROUPS, TEACH_GROUP, ClassReport, build, numbers
 
 HTML_NAME = "class-report.html"
 CSV_NAME = "class-report.csv"
@@ -72,11 +72,8 @@ def render(report: ClassReport) -> str:
         items = [(e.number, e.id, e.difficulty, e.discrimination, bool(e.flags)) for e in report.exercises]
         return Markup(figures.scatter(items, DISCRIMINATION_MIN)[0])
 
-    # the sections of "what to teach again" with a student in one of its rows: a column of zeros
-    # ("not on the roster", usually) would crowd the widest table for nothing
-    teach_columns = [s for s in report.sections if any(h.sections.get(s) for h in report.teach)]
     return env.get_template("class-report.html").render(
-        r=report, teach_columns=teach_columns, num=num, histogram=histogram, scatter=scatter, anchor=anchor, fmt=_fmt, rows=ROWS,
+        r=report, teach_columns=report.teach_sections, groups_shown=GROUPS, num=num, histogram=histogram, scatter=scatter, anchor=anchor, fmt=_fmt, rows=ROWS,
         known={m for _, m in ROWS}, key_name=KEY_NAME, teach_group=TEACH_GROUP, easy=round(100 * EASY_SHARE),
         threshold=round(100 * DISCRIMINATION_MIN))
 

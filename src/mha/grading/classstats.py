@@ -229,6 +229,9 @@ class ClassReport:
     contact: dict[str, list[StudentRow]] = field(default_factory=dict)  # why -> whom
     everyone: list[StudentRow] = field(default_factory=list)    # every student, roster's included
     functions: dict[str, str] = field(default_factory=dict)     # exercise id -> the function it asks for
+    # the sections with a student in a row of "what to teach again" (its columns: a column of
+    # zeros, "not on the roster" usually, would crowd the widest table for nothing)
+    teach_sections: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- building
@@ -290,6 +293,7 @@ def build(doc: dict, *, roster: list[RosterStudent] | None = None, pseudonymise:
         pseudonymised=pseudonymise, site_url=site_url, graded=doc.get("graded", ""), roster=bool(roster),
         notes=list(notes or []))
     report.everyone = students
+    report.teach_sections = [s for s in sections if any(h.sections.get(s) for h in teach)]
     report.functions = {e["id"]: e.get("function", "") for e in exercises}
     report.nothing = [s for s in students if not s.submitted]
     report.forbidden = [s for s in students if any("forbidden" in p for p in s.problems)]
@@ -691,8 +695,8 @@ def _answer_groups(e: dict, present: list[_Row], listed: dict,
         failed, message = _failed(e, [a for _, a in members])
         slips = Counter(_slip(a) for _, a in members)
         slip, n = slips.most_common(1)[0]
-        gid = ("g" + shape[:10]) if not shape.startswith("no code") else \
-            "n" + hashlib.sha256(shape.encode()).hexdigest()[:10]
+        gid = first.get("answer_group") or (("g" + shape[:10]) if not shape.startswith("no code") else
+                                            "n" + hashlib.sha256(shape.encode()).hexdigest()[:10])
         groups.append(AnswerGroup(number, len(members), dict(Counter(r.section for r, _ in members)), labels(members),
                                   failed, "\n".join(lines), gid, slip if n * 2 > len(members) else "",
                                   [r.key for r, _ in members], first.get("code", ""), message))
@@ -870,10 +874,10 @@ def numbers(report: ClassReport) -> list[tuple[str, str, str, object, str]]:
             rows.append((GROUP, e.id, gr.id, gr.answers, f"group {gr.number}: " + " | ".join(gr.failed)))
             rows += [(f"{GROUP} ({s})", e.id, gr.id, gr.sections.get(s, 0), "") for s in report.sections]
         shown = {gr.id for gr in e.groups}
-        for h in (h for h in report.teach + report.teach_more if h.exercise == e.id and h.kind in (GROUP, SLIP)):
+        for h in (h for h in report.teach if h.exercise == e.id and h.kind in (GROUP, SLIP)):
             if h.kind == SLIP or h.key not in shown:  # a row of "what to teach again" beyond the groups shown
                 rows.append((h.kind, e.id, h.key, h.students, f"{h.label}: {h.hint}"))
-                rows += [(f"{h.kind} ({s})", e.id, h.key, h.sections.get(s, 0), "") for s in report.sections]
+                rows += [(f"{h.kind} ({s})", e.id, h.key, h.sections.get(s, 0), "") for s in report.teach_sections]
     for t in report.taught:
         rows += [("taught", t.link.text, "students", t.students, ""), ("taught", t.link.text, "answers", t.answers, "")]
     for s in report.students:

@@ -72,6 +72,7 @@ class ExerciseReport:
     seconds: float | None = None  # how long the submission's function ran on the checks (None: it did not run)
     code: str = ""  # a wrong answer's function and what it uses, anonymised (see anonymise.anonymous_code)
     code_fingerprint: str = ""  # the shape of any answer's code (anonymise.fingerprint), right or wrong
+    answer_group: str = ""      # a wrong answer's group in the class report: "g" and the start of code_fingerprint
 
 
 @dataclass
@@ -173,6 +174,7 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
             r.code_fingerprint = fingerprint(ast.unparse(ast.Module(body=found[i], type_ignores=[])), ex.function)
         if r.status == Status.GRADED and r.score < r.max_score and found.get(i):
             r.code = anonymous_code(found[i], tokens, keep={ex.function})
+            r.answer_group = group_id(r.code_fingerprint)
     report.exercises = [results[i] for i in range(len(exercises))]
     report.score = round(sum(e.score for e in report.exercises), 2)
     report.seconds = round(time.monotonic() - t0, 2)
@@ -321,6 +323,13 @@ def _judge(ex: Exercise, cases, out: Path, i: int) -> ExerciseReport:
 
 SIGNIFICANT = 3   # digits of a float a value's fingerprint keeps: what float error cannot change
 PROJECTIONS = 4   # fixed random weightings of a float array that its fingerprint keeps
+MAX_PROJECTED = 1 << 16  # elements of a float array the weightings read, at most
+
+
+def group_id(code_fingerprint: str) -> str:
+    """The id of a wrong answer's group in the class report, from its code's fingerprint: the
+    same for every answer of the same code, in every run (mha.grading.classstats uses it)."""
+    return "g" + code_fingerprint[:10] if code_fingerprint else ""
 
 
 def value_fingerprint(outcome: Outcome) -> str:
@@ -365,6 +374,7 @@ def _canonical(value) -> str:
         size = float(np.abs(x).mean()) if x.size else 0.0
         if not size:
             return f"{head} {odd} zero"
+        x = x[::max(1, x.size // MAX_PROJECTED)]  # a large array: evenly spaced elements of it
         weights = np.random.default_rng(x.size).uniform(-1.0, 1.0, size=(PROJECTIONS, x.size))
         steps = np.round(weights @ x / math.sqrt(x.size) / size * 10 ** SIGNIFICANT).astype(np.int64)
         return f"{head} {odd} {_round(size)} {steps.tolist()}"

@@ -11,8 +11,10 @@ every report made from the document gives each student the same one.
 Version 4 adds, each under a key of its own: per exercise, a hash of its definition (what
 the report shows of it) and the file that defines it, with that file's hash (``course``), so
 that files graded with different exercises are not merged and a file graded with another
-version of the course says so; per answer, the fingerprint of its code (``code_fingerprint``),
-and per public check a fingerprint of the answer's value (``value_fingerprint``); per
+version of the course says so; per answer, the fingerprint of its code (``code_fingerprint``)
+and, for a wrong one, the stable id of its answer group in the class report
+(``answer_group``), and per public check a fingerprint of the answer's value
+(``value_fingerprint``); per
 submission, when its files were last changed (``submitted``); and the roster of the run
 (``roster``), when one was given. Version 3 files are still read (without those).
 """
