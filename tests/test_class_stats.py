@@ -515,3 +515,13 @@ def test_a_file_graded_with_exercises_the_course_no_longer_has_says_so():
                                                               "hash": "0123456789abcdef"})
     [note] = grades.against_course(doc, "old.json")
     assert "the exercises of lesson03_dimension_math.py changed since it was graded (dims.split_heads)" in note
+
+
+def test_a_grades_file_edited_after_grading_says_so():
+    doc = document({"ann": [answer("e", 1)]}, [("e", "l", [mistake("mistake 1", hint="the hint")])])
+    doc["exercises"][0]["definition"] = grades.definition(doc["exercises"][0])
+    assert [n for n in grades.against_course(doc, "g.json") if "edited" in n] == []
+    doc["exercises"][0]["mistakes"][0]["hint"] = "AN OLD HINT from last year"
+    assert [n for n in grades.against_course(doc, "g.json") if "edited" in n] == [
+        "g.json: what it records of e (title, points, mistakes or hints) is not what it was graded with: the file was "
+        "edited after grading"]

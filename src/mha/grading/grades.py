@@ -255,6 +255,9 @@ def against_course(doc: dict, name: str) -> list[str]:
     installed = course_ids()
     changed: dict[str, list[str]] = {}
     for e in doc["exercises"]:
+        if e.get("definition") and definition(e) != e["definition"]:
+            notes.append(f"{name}: what it records of {e['id']} (title, points, mistakes or hints) is not what it was "
+                         "graded with: the file was edited after grading")
         source = (e.get("source") or {}).get("file", "")
         if "source" in e and not source:
             continue  # an exercise whose file was not known when it was graded
