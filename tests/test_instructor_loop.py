@@ -521,3 +521,22 @@ def test_a_draft_with_its_hint_adds_a_named_mistake_until_its_file_is_unloaded(t
     finally:
         unregister(path)
     assert get("masking.causal_mask") is before
+
+
+def test_three_shapes_answers_with_different_wrong_keys_are_three_groups(tmp_path):
+    """The review's three dims.shapes answers, graded: a key misspelt, another, two swapped."""
+    head = ("def shapes(batch, seq_len, embed_dim, num_heads):\n    if embed_dim % num_heads != 0:\n"
+            '        raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")\n'
+            "    B, T, C, h = batch, seq_len, embed_dim, num_heads\n")
+    keys = [("q_heads", "merge"), ("q_head", "merged"), ("merged", "q_heads")]
+    for k, (a, b) in enumerate(keys):
+        (tmp_path / f"s{k}.py").write_text(head + f'    return {{"qkv": (B, T, 3 * C), "{a}": (B, h, T, C // h), '
+                                                  f'"scores": (B, h, T, T), "{b}": (B, T, C)}}\n')
+    r = mha("grade", *sorted(tmp_path.glob("s*.py")), "--only", "dims.shapes", "--report", tmp_path / "report",
+            "--quiet")
+    assert r.returncode == 0, r.stderr
+    rows = [row for row in csv.reader(open(tmp_path / "report" / classreport.CSV_NAME, newline=""))
+            if row[:2] == ["answer group", "dims.shapes"]]
+    assert [row[3] for row in rows] == ["1", "1", "1"]
+    told = " ".join(row[4] for row in rows)
+    assert "no key 'merged'" in told and "no key 'q_heads'" in told and "'q_heads' is wrong" in told

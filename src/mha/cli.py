@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--out", required=True, metavar="DIR",
                    help="write DIR/<id>.html per student who submitted (pages that open in any browser) and "
                         "DIR/index.csv")
+    f.add_argument("--roster", metavar="CSV", help="the class list (default: the one the grades keep): pages are "
+                                                   "named after its ids")
     _adjust_options(f)
     f.add_argument("--site-url", metavar="URL", help="address of the course website, for links to lesson sections")
     _merge_options(f)
