@@ -463,11 +463,13 @@ def test_overrides_change_the_points_and_keep_the_trail():
     assert [t["status"] for t in report.trail] == ["replaced by line 3", "applied"]
     assert report.trail[1]["graded"] == 1 and report.exercises[0].tally.mean == 2.5
     assert ("student", "ann", "override e", 3, "graded 1") in classstats.numbers(report)
+    later = build(adjusted(document({"ann": [answer("e", 1)]}), [("ann", "dims.split_heads", 3.0, "for lesson 03")]))
+    assert later.trail[0]["status"] == "waiting: the exercise is not graded here", "a lesson graded in another run"
 
 
 @pytest.mark.parametrize("row,message", [
     (("carl", "e", 1.0, "x"), "no student 'carl'"),
-    (("ann", "z", 1.0, "x"), "'z' is not an exercise of these grades"),
+    (("ann", "z", 1.0, "x"), "'z' is not an exercise of these grades (e) or of the course"),
     (("ann", "e", 4.0, "x"), "4 points for e, which is worth 3"),
 ])
 def test_an_override_that_cannot_apply_is_refused_with_its_line(row, message):

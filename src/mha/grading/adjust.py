@@ -212,11 +212,19 @@ def apply(doc: dict, owner, own_due: dict[str, str] | None = None) -> tuple[dict
     rows = [Override(**r) for r in adjustments.get("overrides", [])]
     trail: list[dict] = []
     last: dict[tuple[str, str], int] = {}
+    course = None
     for k, o in enumerate(rows):
         key = owner(o)
         if o.exercise != LATE and o.exercise not in ids:
-            raise AdjustError(f"overrides, line {o.line}: {o.exercise!r} is not an exercise of these grades "
-                              f"({', '.join(sorted(ids))}, or {LATE!r} for the late penalty)")
+            if course is None:
+                from .grades import course_ids
+
+                course = course_ids()
+            if o.exercise not in course:
+                raise AdjustError(f"overrides, line {o.line}: {o.exercise!r} is not an exercise of these grades "
+                                  f"({', '.join(sorted(ids))}) or of the course, nor {LATE!r} for the late penalty")
+            trail.append({**asdict(o), "submission": key, "status": "waiting: the exercise is not graded here"})
+            continue
         if not key:
             trail.append({**asdict(o), "submission": "", "status": "waiting: nothing of theirs is graded here"})
             continue

@@ -400,7 +400,7 @@ def _owner(rows: list[_Row]):
 
 def _fifths(graded: list[_Row], totals: dict) -> dict[str, int]:
     """Each student's fifth of the class by total, 1 the weakest (as the quintiles cut them)."""
-    order = sorted(graded, key=lambda r: (totals[r.key], _natural(r.key)))
+    order = [graded[k] for k in sorted(range(len(graded)), key=lambda k: (totals[graded[k].key], k))]
     n, out, start = len(order), {}, 0
     if n < QUINTILES:
         return {}
