@@ -29,10 +29,8 @@ import ast
 import builtins
 import functools
 import hashlib
-import io
 import keyword
 import re
-import tokenize
 from pathlib import Path
 
 from .extract import parse
@@ -59,24 +57,24 @@ def words(identifier: str) -> list[str]:
     return [p.lower() for p in _PARTS.findall(identifier)]
 
 
+# A Python file's strings and comments, which hold words for readers, not names of the code.
+_WORDS_FOR_READERS = re.compile(r'("""|\'\'\')(?:.|\n)*?\1|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|#[^\n]*')
+
+
 @functools.lru_cache(maxsize=1)
 def code_words() -> frozenset[str]:
     """Every word of the identifiers of the course's own code (``src/mha``), of Python's
     builtins and keywords: words a student's code shares with the course, never taken for
-    a name (``max``, ``sum``, ``align``, ``bottom``...). Read from the source as text, without
-    importing it."""
-    found: set[str] = set()
-    for name in [*BUILTIN_NAMES, *keyword.kwlist]:
-        found.update(words(name))
+    a name (``max``, ``sum``, ``align``, ``bottom``...). Read from the source as text, its
+    strings and comments left out, without importing it (a tenth of a second)."""
+    names: set[str] = {*BUILTIN_NAMES, *keyword.kwlist}
     for path in Path(__file__).resolve().parents[1].rglob("*.py"):
         try:
-            text = path.read_text(encoding="utf-8")
-            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-                if tok.type == tokenize.NAME:
-                    found.update(words(tok.string))
-        except (OSError, SyntaxError, tokenize.TokenError, UnicodeDecodeError):
+            text = _WORDS_FOR_READERS.sub(" ", path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
             continue
-    return frozenset(w for w in found if not w.isdigit())
+        names.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+    return frozenset(w for name in names for w in words(name) if not w.isdigit())
 
 
 def name_tokens(*names: str) -> frozenset[str]:
