@@ -540,3 +540,31 @@ def test_three_shapes_answers_with_different_wrong_keys_are_three_groups(tmp_pat
     assert [row[3] for row in rows] == ["1", "1", "1"]
     told = " ".join(row[4] for row in rows)
     assert "no key 'merged'" in told and "no key 'q_heads'" in told and "'q_heads' is wrong" in told
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--overrides", "{tmp}/o.csv"], "the first line must name the columns student, exercise, points and reason (and by, "
+                                     "date if you like); it lacks reason"),
+    (["--overrides", "{tmp}/p.csv"], "line 2: points must be a number, got 'full'"),
+    (["--overrides", "{tmp}/u.csv"], "line 2: no student 'nobody'"),
+    (["--due", "next friday"], "--due next friday: 'next friday' is not a date and time: write 2024-03-01 23:59"),
+    (["--due", DUE, "--late-penalty", "10 per day"], "start with a share per unit of lateness, e.g. 10%/day"),
+    (["--due", DUE, "--late-penalty", "10%/day,cap=5"], "'cap=5' is not max=PERCENT% or grace=DURATION"),
+    (["--late-penalty", "10%/day"], "--late-penalty needs --due"),
+    (["--pseudonymise", "--pseudonym-key", "{tmp}/out/key.csv"], "the key must not be inside the report's folder"),
+])
+def test_bad_adjustments_are_refused_with_what_would_do(round_, tmp_path, options, message):
+    (tmp_path / "o.csv").write_text("student,exercise,points\n1,heads.single_head,3\n")
+    (tmp_path / "p.csv").write_text("student,exercise,points,reason\n20230001,heads.single_head,full,why\n")
+    (tmp_path / "u.csv").write_text("student,exercise,points,reason\nnobody,heads.single_head,3,why\n")
+    r = mha("report", round_.folder / "grades.json", "--out", tmp_path / "out",
+            *[o.format(tmp=tmp_path) for o in options])
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_canvas_needs_a_roster(round_, tmp_path):
+    doc = json.loads((round_.folder / "grades.json").read_text())
+    del doc["roster"], doc["adjustments"]
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    r = mha("report", tmp_path / "g.json", "--out", tmp_path / "out", "--canvas", tmp_path / "c.csv")
+    assert r.returncode == 2 and "--canvas needs --roster" in r.stderr
