@@ -504,8 +504,10 @@ def test_files_graded_with_another_hint_are_not_merged_and_other_exercise_sets_a
         grades.merge([("a.json", a), ("b.json", b)])
     c = document({"cy": [answer("f", 2)]})
     _, notes = grades.merge([("a.json", a), ("c.json", c)])
-    assert notes == ["a.json grades none of f (graded in c.json): its students count as missing them",
-                     "c.json grades none of e (graded in a.json): its students count as missing them"]
+    assert notes == ["a.json grades none of f (graded in c.json): its students have no points for them, in the report "
+                     "and every output",
+                     "c.json grades none of e (graded in a.json): its students have no points for them, in the report "
+                     "and every output"]
 
 
 def test_a_file_graded_with_exercises_the_course_no_longer_has_says_so():

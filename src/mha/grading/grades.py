@@ -182,7 +182,8 @@ def merge(named: list[tuple[str, dict]], *, replace: bool = False, same=None) ->
         for e in doc["exercises"]:
             if e["id"] in exercises:
                 first, had = exercises[e["id"]]
-                if _definition(had) != _definition(e):
+                both = bool(had.get("definition") and e.get("definition"))
+                if _definition(had, both) != _definition(e, both):
                     raise GradesError(f"exercise {e['id']} differs between {first} and {name} (points, title, "
                                       "lesson, listed mistakes or hints): they were graded with different versions "
                                       "of the exercise; grade both with the same exercises")
@@ -193,8 +194,8 @@ def merge(named: list[tuple[str, dict]], *, replace: bool = False, same=None) ->
         lacking = [i for i in exercises if i not in {e["id"] for e in doc["exercises"]}]
         if lacking:
             notes.append(f"{name} grades none of {', '.join(lacking)} (graded in "
-                         f"{', '.join(dict.fromkeys(exercises[i][0] for i in lacking))}): its students count "
-                         "as missing them")
+                         f"{', '.join(dict.fromkeys(exercises[i][0] for i in lacking))}): its students have no "
+                         "points for them, in the report and every output")
     kept: list[tuple[str, dict]] = []
     for name, doc in named:
         for s in doc["submissions"]:
@@ -222,9 +223,11 @@ def merge(named: list[tuple[str, dict]], *, replace: bool = False, same=None) ->
     return merged, notes
 
 
-def _definition(e: dict) -> tuple:
+def _definition(e: dict, hashed: bool = True) -> tuple:
+    """What must agree between two files' records of one exercise: the hash of its definition
+    where both files have one (version 4), and what version 3 recorded."""
     shown = (e["title"], e["lesson"], float(e["points"]), tuple((m["key"], m.get("hint", "")) for m in e["mistakes"]))
-    return shown + ((e["definition"],) if e.get("definition") else ())
+    return shown + ((e["definition"],) if hashed else ())
 
 
 # ----------------------------------------------------------------------------- the course installed
