@@ -529,3 +529,13 @@ def test_a_grades_file_edited_after_grading_says_so():
     assert [n for n in grades.against_course(doc, "g.json") if "edited" in n] == [
         "g.json: what it records of e (title, points, mistakes or hints) is not what it was graded with: the file was "
         "edited after grading"]
+
+
+def test_a_file_of_format_3_merges_with_one_of_format_4_graded_with_the_same_exercises():
+    old = document({"ann": [answer("e", 1)]}, [("e", "l", [mistake("mistake 1", hint="the hint")])])
+    new = document({"bob": [answer("e", 2)]}, [("e", "l", [mistake("mistake 1", hint="the hint")])])
+    old["version"] = 3
+    new["exercises"][0]["definition"] = grades.definition(new["exercises"][0])
+    merged, notes = grades.merge([("old.json", old), ("new.json", new)])
+    assert [s["student"] for s in merged["submissions"]] == ["ann", "bob"] and notes == []
+    assert build(merged).submissions == 2
