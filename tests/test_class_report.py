@@ -256,10 +256,11 @@ def test_the_planted_answers_form_one_answer_group(graded):
     """They are one function, written into each student's file: one group, at least as large as
     the planted share, labelled with the mistake it makes, its code shown without a name."""
     exercise_id, mistake, n = planted(graded)
-    groups = {int(k.rsplit("|", 1)[1]): int(v) for k, v in graded.keyed.items()
+    groups = {k.rsplit("|", 1)[1]: int(v) for k, v in graded.keyed.items()
               if k.startswith(f"answer group|{exercise_id}|")}
-    assert groups[1] >= n and groups[1] == max(groups.values())
-    block = graded.page.split(f'data-key="answer group|{exercise_id}|1"', 1)[1].split("</details>", 1)[0]
+    block = graded.page.split(f'id="group-{classreport.anchor(exercise_id)}-1"', 1)[1].split("</details>", 1)[0]
+    first = re.search(rf'data-key="answer group\|{re.escape(exercise_id)}\|(g\w+)"', block).group(1)
+    assert groups[first] >= n and groups[first] == max(groups.values())
     label = next(m["name"] or m["key"] for e in graded.data["exercises"] if e["id"] == exercise_id
                  for m in e["mistakes"] if m["key"] == mistake)
     assert f"hint: {label}" in block.split("</summary>", 1)[0]
@@ -349,8 +350,8 @@ def test_a_pseudonymised_report_names_no_one_and_its_key_finds_everyone(graded):
         r = mha("report", graded.folder / "grades.json", "--out", out, "--roster", graded.folder / "roster.csv",
                 "--pseudonymise", "--site-url", SITE)
         assert r.returncode == 0, r.stderr
-        assert str(out / classreport.KEY_NAME) in r.stderr
-        runs.append((read_report(out), list(csv.DictReader(open(out / classreport.KEY_NAME)))))
+        assert str(classreport.key_path(out)) in r.stderr and not (out / classreport.KEY_NAME).exists()
+        runs.append((read_report(out), list(csv.DictReader(open(classreport.key_path(out))))))
     (page, keyed, rows), key = runs[0]
     assert runs[1][0][1] == keyed and runs[1][1] == key, "the same pseudonyms from the same grades"
     for s in graded.students:
@@ -393,9 +394,12 @@ def test_mha_report_does_not_import_torch(graded, tmp_path):
     code = ("import sys; from mha import cli; status = cli.main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'mha report imported torch'; sys.exit(status)")
     r = subprocess.run([sys.executable, "-c", code, "report", str(graded.folder / "grades.json"),
-                        "--out", str(tmp_path / "again"), "--site-url", SITE], capture_output=True, text=True)
+                        "--out", str(tmp_path / "again"), "--site-url", SITE, "--lms-csv", str(tmp_path / "lms.csv"),
+                        "--canvas", str(tmp_path / "canvas.csv"), "--feedback", str(tmp_path / "feedback"),
+                        "--draft-mistakes", str(tmp_path / "drafts.py")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "again" / classreport.HTML_NAME).is_file()
+    assert (tmp_path / "canvas.csv").is_file() and (tmp_path / "drafts.py").is_file()
 
 
 def test_a_submission_in_two_runs_is_an_error_naming_both_files_unless_replace(graded, tmp_path):
@@ -413,7 +417,8 @@ def test_a_submission_in_two_runs_is_an_error_naming_both_files_unless_replace(g
     assert r.returncode == 0, r.stderr
     assert f"the grades of {b} are replaced by those of {regraded}" in r.stderr
     _, keyed, _ = read_report(tmp_path / "yes")
-    assert keyed[f"student|{victim['student']}|total"] == "0"
+    [student] = [s for s in graded.students if str(s.path.resolve()) == victim["source"]]
+    assert keyed[f"student|{shown_name(student, graded.students)}|total"] == "0", "named by the roster the grades keep"
     assert keyed["class||submissions"] == str(STUDENTS)
 
 
@@ -421,7 +426,7 @@ def test_a_submission_in_two_runs_is_an_error_naming_both_files_unless_replace(g
     ("not json", "is not a grades file of mha grade --json (not JSON"),
     (json.dumps({"exercises": [], "submissions": []}), "was written by an older version of mha grade"),
     (json.dumps({"format": "mha-grades", "version": 99, "exercises": [], "submissions": []}),
-     "was written by another version of mha grade (format version 99; this one reads 3)"),
+     "was written by another version of mha grade (format version 99; this one reads 3 and 4)"),
     (json.dumps({"format": "mha-grades", "version": 3, "exercises": [], "submissions": [{"student": "x"}]}),
      "is damaged"),
 ])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -108,7 +109,8 @@ def klass(tmp_path_factory):
             *only, "--jobs", "2", "--json", root / "grades.json", "--gradescope", root / "gs", "--report",
             root / "report", "--roster", roster, "--pseudonymise", "--site-url", SITE, "--quiet")
     page = (root / "report" / classreport.HTML_NAME).read_text()
-    with open(root / "report" / classreport.KEY_NAME, newline="") as f:
+    assert not (root / "report" / classreport.KEY_NAME).exists(), "the key is never in the folder one shares"
+    with open(classreport.key_path(root / "report"), newline="") as f:
         key = list(csv.DictReader(f))
     return root, r, json.loads((root / "grades.json").read_text()), page, key
 
@@ -149,9 +151,10 @@ def test_nothing_a_student_wrote_in_words_reaches_the_shared_page(klass):
     assert "<pre" in page and "torch.exp(scores)" in page, "the answer's code is shown, anonymised"
 
 
-def test_the_pseudonyms_have_a_key_beside_the_report(klass):
+def test_the_pseudonyms_have_a_key_outside_the_folder_of_the_report(klass):
     root, r, data, page, key = klass
-    assert str(root / "report" / classreport.KEY_NAME) in r.stderr
+    assert str(classreport.key_path(root / "report")) in r.stderr
+    assert classreport.key_path(root / "report").parent == (root / "report").resolve().parent
     assert {row["pseudonym"] for row in key} == {f"student {k}" for k in range(1, 10)}
     [victor] = [row for row in key if row["id"] == "20231147"]
     assert victor["name"] == "Victor Leblanc" and victor["path"].endswith("victor_leblanc")
@@ -217,5 +220,38 @@ def test_the_report_is_made_again_from_the_grades_with_the_same_pseudonyms(klass
             "--site-url", SITE)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / classreport.HTML_NAME).read_text() == page
-    with open(tmp_path / classreport.KEY_NAME, newline="") as f:
+    with open(classreport.key_path(tmp_path), newline="") as f:
         assert list(csv.DictReader(f)) == key
+
+
+def test_a_class_laid_out_by_section_is_read_two_levels_down(klass, tmp_path):
+    """``mha grade submissions --by-folder`` where submissions/ holds section folders of student
+    folders: every student folder, the empty one too (no phantom student "submissions")."""
+    root = klass[0]
+    r = mha("grade", root / "submissions", "--by-folder", "--only", "onehead.stable_softmax", "--quiet",
+            "--json", tmp_path / "all.json")
+    assert r.returncode == 1, r.stderr  # the empty folder is named
+    assert "holds no notebook but 7 folders in its folders (sections) that do, and 1 empty ones" in r.stderr
+    students = sorted(s["student"] for s in json.loads((tmp_path / "all.json").read_text())["submissions"])
+    assert students == ["ana_silva", "ghost", "li_wei (section-a)", "li_wei (section-b)", "victor_leblanc",
+                        "view_0", "view_1", "view_2"]
+
+
+def test_the_same_grades_file_given_twice_is_named(klass, tmp_path):
+    root = klass[0]
+    r = mha("report", root / "grades.json", root / "grades.json", "--out", tmp_path / "out")
+    assert r.returncode == 2 and "grades.json is given twice" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_copy_of_an_exercise_file_among_the_submissions_is_not_a_student(tmp_path):
+    example = ROOT / "book" / "examples" / "entropy_exercises.py"
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copy(example, subs / "entropy_exercises_copy.py")
+    (subs / "student.py").write_text("import torch\n\ndef attention_entropy(weights):\n"
+                                     "    return -(weights * weights.log()).sum(dim=-1)\n")
+    r = mha("grade", subs, "--exercises", example, "--exercises-draws", "2", "--quiet", "--json",
+            tmp_path / "g.json")
+    assert r.returncode == 0, r.stderr
+    assert "entropy_exercises_copy.py is an exercise file" in r.stderr
+    assert [s["student"] for s in json.loads((tmp_path / "g.json").read_text())["submissions"]] == ["student"]

@@ -103,8 +103,8 @@ BROKEN = {
     "two mistakes an answer cannot tell apart": (
         ('name="summed over the queries"),', 'name="summed over the queries"),\n'
          '        Mistake("another hint", lambda w: -torch.special.xlogy(w, w).sum(dim=-2) + 0),'),
-        "'summed over the queries' (sum over the keys, the last axis: each query (r...) loses points on the public "
-        "checks and hidden draw 0 but its hint is never shown: 'mistake 4' gives the same answers"),
+        "'mistake 4' (another hint) gives the answers of 'summed over the queries' on every check: it is that "
+        "mistake, whose hint these answers get already; leave it out"),
     "an id of the course's": (('id="entropy.attention_entropy"', 'id="dims.split_heads"'),
                               "has the id of an exercise of the course"),
     "a function name of the course's": (('function="attention_entropy"', 'function="split_heads"'),

@@ -1,4 +1,4 @@
-"""The ``mha`` command: ``grade``, ``report``, ``assign``, ``notebooks``, ``autograder`` and ``bench``."""
+"""The ``mha`` command: ``grade``, ``report``, ``feedback``, ``assign``, ``notebooks``, ``autograder`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("grade", help="grade submissions (.ipynb, .md, .py, or folders)")
     g.add_argument("submissions", nargs="+", metavar="SUBMISSION")
     g.add_argument("--json", metavar="FILE", help="write the full report as JSON")
-    g.add_argument("--csv", metavar="FILE", help="write one row of points per submission")
+    g.add_argument("--csv", metavar="FILE", help="write one row of points per submission (with --roster: the roster's "
+                                                   "id, name, section, and a row for each student who submitted nothing)")
     g.add_argument("--gradescope", metavar="DIR",
                    help="write Gradescope results.json (DIR/results.json for one submission, "
                         "else DIR/<student>/results.json)")
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--exercises-draws", type=int, default=None, metavar="N",
                    help="hidden draws on which --exercises files are checked when loaded (default 20; fewer is "
                         "quicker while writing one)")
+    g.add_argument("--submitted-at", metavar="WHEN",
+                   help="when these submissions were handed in (2024-03-08 23:59), for --due; default: the time "
+                        "each notebook was last changed")
     g.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     g.add_argument("--isolation", choices=ISOLATION_LEVELS, default=ISOLATION_LEVELS[0],
                    help="the strongest isolation to try (default: namespaces as root, else a user namespace, else "
@@ -58,9 +62,27 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", required=True, metavar="DIR",
                    help="write DIR/class-report.html and DIR/class-report.csv")
     _report_options(r)
-    r.add_argument("--replace", action="store_true",
-                   help="a submission (or roster student) in several files: take the last file's grades "
-                        "(default: stop with an error naming the files)")
+    _merge_options(r)
+    r.add_argument("--json", metavar="FILE", help="write the merged grades, with the roster and adjustments, as one "
+                                                  "grades file")
+    r.add_argument("--csv", metavar="FILE", help="write one row of points per submission, as mha grade --csv")
+    r.add_argument("--gradescope", metavar="DIR", help="write Gradescope results.json per submission, as mha grade")
+    r.add_argument("--draft-mistakes", metavar="FILE",
+                   help="write every error of the class that no hint explains, made by --draft-min students or more, "
+                        "as a draft Mistake of its exercise, in a Python file to edit and grade with (--exercises)")
+    r.add_argument("--draft-min", type=int, default=2, metavar="N",
+                   help="the fewest students an error needs for a draft mistake (default 2)")
+
+    f = sub.add_parser("feedback", help="write one feedback page per student, from the grades of mha grade --json")
+    f.add_argument("grades", nargs="+", metavar="GRADES.json", help="grades of mha grade --json (several are merged)")
+    f.add_argument("--out", required=True, metavar="DIR",
+                   help="write DIR/<id>.html per student who submitted (pages that open in any browser) and "
+                        "DIR/index.csv")
+    f.add_argument("--roster", metavar="CSV", help="the class list (default: the one the grades keep): pages are "
+                                                   "named after its ids")
+    _adjust_options(f)
+    f.add_argument("--site-url", metavar="URL", help="address of the course website, for links to lesson sections")
+    _merge_options(f)
 
     s = sub.add_parser("assign", help="make the student version of an instructor's exercise file")
     s.add_argument("file", metavar="FILE", help="the instructor's Python file of exercises")
@@ -86,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         return _grade(args)
     if args.command == "report":
         return _report(args)
+    if args.command == "feedback":
+        return _feedback(args)
     if args.command == "assign":
         from mha.autograde import DRAWS, ExerciseFileError, write_student_version
 
@@ -127,14 +151,45 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report_options(p) -> None:
     p.add_argument("--roster", metavar="CSV",
-                   help="the class list, for the class report: a CSV with the columns id, name and section "
-                        "(section optional); the report then names who submitted nothing and breaks every "
-                        "table down by section")
+                   help="the class list: a CSV with the columns id, name and section (section optional; Canvas's "
+                        "gradebook export will do); the report then names who submitted nothing and breaks every "
+                        "table down by section, and every output carries the ids")
     p.add_argument("--pseudonymise", "--pseudonymize", action="store_true",
                    help="in the class report, show students under pseudonyms (student 01, ...); the key is "
-                        "written beside the report (pseudonym-key.csv), to keep to yourself")
+                        "written beside the report's folder (DIR-pseudonym-key.csv), to keep to yourself")
+    p.add_argument("--pseudonym-key", metavar="FILE", help="where to write the key to the pseudonyms (not inside "
+                                                           "the report's folder)")
     p.add_argument("--site-url", metavar="URL",
                    help="address of the course website, for the class report's links to lesson sections")
+    _adjust_options(p)
+    p.add_argument("--lms-csv", metavar="FILE",
+                   help="write a gradebook CSV any LMS imports: id, name, section, status, points per lesson, "
+                        "late penalty, final; one row per student of the roster")
+    p.add_argument("--canvas", metavar="FILE",
+                   help="write Canvas's gradebook import CSV (needs --roster): a column per lesson, or one with "
+                        "--canvas-assignment")
+    p.add_argument("--canvas-assignment", metavar="NAME",
+                   help="with --canvas: one column, the final total, headed NAME (as Canvas's export heads the "
+                        "assignment's column: \"Homework 2 (12345)\")")
+    p.add_argument("--feedback", metavar="DIR", help="write one feedback page per student into DIR (as mha feedback)")
+
+
+def _adjust_options(p) -> None:
+    p.add_argument("--overrides", metavar="CSV",
+                   help="points changed by hand: a CSV with the columns student, exercise, points, reason (and by, "
+                        "date); every row is kept as the trail, the last for a student and exercise counts")
+    p.add_argument("--due", action="append", metavar="[LESSON=]WHEN",
+                   help="due date, 2024-03-08 23:59, for every lesson or (LESSON=WHEN, repeatable) for one; "
+                        "lateness is recorded, and --late-penalty applied")
+    p.add_argument("--late-penalty", metavar="POLICY",
+                   help="share of a late lesson's points taken per started hour, day or week late: 10%%/day, "
+                        "with max=50%% and grace=15min after commas (default: none)")
+
+
+def _merge_options(p) -> None:
+    p.add_argument("--replace", action="store_true",
+                   help="a submission (or roster student) in several files: take the last file's grades "
+                        "(default: stop with an error naming the files)")
 
 
 def _submissions(args, own_files) -> tuple[list, list[str]] | str:
@@ -148,23 +203,65 @@ def _submissions(args, own_files) -> tuple[list, list[str]] | str:
     paths = []
     for given in map(Path, args.submissions):
         if given.is_dir() and not extract.gradable_files(given):
-            inside = sorted(d for d in given.iterdir() if d.is_dir() and extract.gradable_files(d))
+            inside, depth = _student_folders(given)
+            full = sum(bool(extract.gradable_files(d)) for d in inside)
+            where = f"{full} folders{' in its folders (sections)' if depth == 2 else ''} that do"
+            empty = f", and {len(inside) - full} empty ones" if len(inside) > full else ""
             if inside and not args.by_folder:
-                return (f"{given} holds no notebook but {len(inside)} folders that do: give --by-folder to grade "
-                        "each folder as one student's submission")
+                return (f"{given} holds no notebook but {where}{empty}: give --by-folder to grade each folder as "
+                        "one student's submission")
             if inside:
-                said.append(f"{given} holds no notebook but {len(inside)} folders that do: each is graded as one "
-                            "student's submission")
+                said.append(f"{given} holds no notebook but {where}{empty}: each is graded as one student's "
+                            "submission")
                 paths += inside
                 continue
         paths += [given] if args.by_folder else expand([given])
     kept = []
+    own = {f: f.read_bytes() for f in own_files if f.is_file()}
     for p in paths:
         if p.resolve() in own_files:
             said.append(f"{p} is an exercise file given with --exercises: not graded as a submission")
+        elif p.is_file() and p.suffix == ".py" and (p.read_bytes() in own.values() or _defines_exercises(p)):
+            said.append(f"{p} is an exercise file (a copy of one given with --exercises, or a file that defines "
+                        "Exercise objects): not graded as a submission")
         else:
             kept.append(p)
     return kept, said
+
+
+def _student_folders(folder) -> tuple[list, int]:
+    """The student folders of a folder that holds no notebook: its folders, if one of them
+    holds notebooks; else the folders of its folders (a class laid out by section), if one of
+    those does. Empty ones are kept (the grader names them). ([], 0) when neither."""
+    from mha.grading import extract
+
+    def folders(f):
+        return sorted(d for d in f.iterdir() if d.is_dir() and not d.name.startswith((".", "__")))
+
+    first = folders(folder)
+    if any(extract.gradable_files(d) for d in first):
+        return first, 1
+    second = [d for f in first if not extract.gradable_files(f) for d in folders(f)]
+    if any(extract.gradable_files(d) for d in second):
+        return second, 2
+    return [], 0
+
+
+def _defines_exercises(path) -> bool:
+    """Whether a Python file builds Exercise objects at module level (an exercise file)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return False
+    for node in tree.body:
+        value = getattr(node, "value", None)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(value, ast.Call):
+            name = getattr(value.func, "id", getattr(value.func, "attr", ""))
+            if name == "Exercise":
+                return True
+    return False
 
 
 def _cannot_write(target: str, folder: bool) -> str | None:
@@ -197,14 +294,27 @@ def _grade(args) -> int:
         print(f"mha grade: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
         return 2
     for option, target, folder in [("--json", args.json, False), ("--csv", args.csv, False),
-                                   ("--gradescope", args.gradescope, True), ("--report", args.report, True)]:
+                                   ("--gradescope", args.gradescope, True), ("--report", args.report, True),
+                                   *_output_targets(args)]:
         why = _cannot_write(target, folder) if target else None
         if why:  # said now, not after the grading
             print(f"mha grade: {option} {target}: {why}", file=sys.stderr)
             return 2
+    adjustments = _adjustments(args, "mha grade")
+    if isinstance(adjustments, int):
+        return adjustments
+    if args.submitted_at:
+        from mha.grading.adjust import AdjustError, parse_when
+
+        try:
+            submitted_at = parse_when(args.submitted_at, "--submitted-at").isoformat(timespec="seconds")
+        except AdjustError as e:
+            print(f"mha grade: {e}", file=sys.stderr)
+            return 2
 
     # After the checks that need nothing of the course: these import torch (a second or two).
     from mha.autograde import DRAWS, ExerciseFileError, load_exercises, select
+    from mha.autograde.registry import EXTENDED
     from mha.grading import grades, reports
     from mha.grading.grader import grade_many, unique_names
     from mha.grading.sandbox import Limits
@@ -216,6 +326,10 @@ def _grade(args) -> int:
     roster = _roster(args, "mha grade")
     if isinstance(roster, int):
         return roster
+    if args.canvas and not roster:
+        print("mha grade: --canvas needs --roster: Canvas matches each row to a student by the ids of the roster",
+              file=sys.stderr)
+        return 2
     own = []
     for file in args.exercises or []:
         if Path(file).suffix == ".json":
@@ -225,7 +339,7 @@ def _grade(args) -> int:
         if not args.quiet:
             print(f"mha grade: checking the exercises of {file} on {draws} hidden draws...", file=sys.stderr)
         try:
-            own += load_exercises(file, draws=draws)
+            own += [ex for ex in load_exercises(file, draws=draws) if ex.id not in EXTENDED]
         except ExerciseFileError as e:
             print(f"mha grade: --exercises: {e}", file=sys.stderr)
             return 2
@@ -272,21 +386,91 @@ def _grade(args) -> int:
             print()
             print(reports.details(r))
     status = _warn(reports_, exercises)
-    doc = grades.document(reports_, exercises) if args.json or args.report else None
-    for option, target, write in [("--json", args.json, lambda t: reports.write_json(reports_, exercises, t, doc)),
-                                  ("--csv", args.csv, lambda t: reports.write_csv(reports_, exercises, t)),
-                                  ("--gradescope", args.gradescope, lambda t: reports.write_gradescope(reports_, t))]:
+    doc = grades.document(reports_, exercises, roster)
+    if adjustments:
+        doc["adjustments"] = adjustments
+    if args.submitted_at:
+        for sub in doc["submissions"]:
+            sub["submitted"] = {name: submitted_at for name in sub.get("files", [])}
+    if args.json:
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            reports.write_json(reports_, exercises, args.json, doc)
+        except OSError as e:  # every other report is still written
+            print(f"mha grade: --json {args.json}: {e.strerror or e}", file=sys.stderr)
+            status = 2
+    made = _outputs(doc, [], args, "mha grade", report=args.report, single=len(reports_) == 1)
+    return max(status, made)
+
+
+def _output_targets(args) -> list[tuple[str, str | None, bool]]:
+    """The outputs of the report options, for the check that they can be written."""
+    return [("--lms-csv", args.lms_csv, False), ("--canvas", args.canvas, False), ("--feedback", args.feedback, True),
+            ("--pseudonym-key", getattr(args, "pseudonym_key", None), False)]
+
+
+def _adjustments(args, command: str) -> dict | int:
+    """The adjustments the options give (overrides, due dates, a late penalty), as the grades
+    file keeps them; or an exit status after saying what is wrong."""
+    from mha.grading import adjust
+
+    try:
+        overrides = adjust.read_overrides(args.overrides) if args.overrides else None
+        due = adjust.parse_due(args.due)
+        policy = adjust.parse_policy(args.late_penalty)
+    except adjust.AdjustError as e:
+        print(f"{command}: {e}", file=sys.stderr)
+        return 2
+    if args.late_penalty and not due:
+        print(f"{command}: --late-penalty needs --due (the date a lesson is late after)", file=sys.stderr)
+        return 2
+    return adjust.record(overrides, due, policy)
+
+
+def _outputs(doc, notes, args, command: str, *, report=None, single=False) -> int:
+    """Every output of the grades but the grades file: the grader's CSV and Gradescope files,
+    the class report, the LMS exports, feedback pages and draft mistakes. Each is written or
+    says why not; returns the exit status."""
+    from pathlib import Path
+
+    from mha.grading import adjust, gradebook
+    from mha.grading.roster import RosterError
+
+    status = 0
+    try:
+        book = gradebook.entries(doc)
+    except (adjust.AdjustError, RosterError) as e:
+        print(f"{command}: {e}", file=sys.stderr)
+        return 2
+    roster = bool(doc.get("roster"))
+    if getattr(args, "canvas", None) and not roster:
+        print(f"{command}: --canvas needs --roster: Canvas matches each row to a student by the ids of the roster",
+              file=sys.stderr)
+        return 2
+    exercises = doc["exercises"]
+    lessons = list(dict.fromkeys(e["lesson"] for e in exercises))
+    max_of = {x: sum(float(e["points"]) for e in exercises if e["lesson"] == x) for x in lessons}
+    due = bool((doc.get("adjustments") or {}).get("due"))
+    writers = [
+        ("--csv", getattr(args, "csv", None), lambda t: gradebook.write_csv(book, exercises, t, roster=roster, due=due)),
+        ("--gradescope", getattr(args, "gradescope", None),
+         lambda t: gradebook.write_gradescope(book, exercises, t, single=single)),
+        ("--lms-csv", args.lms_csv, lambda t: gradebook.write_lms_csv(book, lessons, t)),
+        ("--canvas", args.canvas, lambda t: _canvas(book, lessons, max_of, t, args, command)),
+        ("--feedback", args.feedback, lambda t: _feedback_pages(book, doc, t, args)),
+    ]
+    for option, target, write in writers:
         if not target:
             continue
         try:
-            (Path(target) if option == "--gradescope" else Path(target).parent).mkdir(parents=True, exist_ok=True)
+            (Path(target) if option in ("--gradescope", "--feedback") else Path(target).parent).mkdir(
+                parents=True, exist_ok=True)
             write(target)
-        except (OSError, ValueError) as e:  # every other report is still written
-            print(f"mha grade: {option} {target}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+        except (OSError, ValueError) as e:  # every other output is still written
+            print(f"{command}: {option} {target}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
             status = 2
-    if args.report:
-        made = _class_report(doc, [], roster, args, args.report, "mha grade")
-        status = max(status, made)
+    if report:
+        status = max(status, _class_report(doc, notes, args, report, command))
     return status
 
 
@@ -320,6 +504,23 @@ def _said_isolation(reports_, isolation) -> None:
     if weaker:
         print(f"mha grade: WARNING: {len(weaker)} submission(s) ran with less isolation than {expected}: "
               f"{', '.join(weaker[:10])} (see each one's \"sandbox\" in --json)", file=sys.stderr)
+
+
+def _canvas(book, lessons, max_of, target, args, command: str) -> None:
+    from mha.grading import gradebook
+
+    left_out = gradebook.write_canvas(book, lessons, max_of, target, args.canvas_assignment)
+    if left_out:
+        print(f"{command}: --canvas {target}: left out {len(left_out)} submission(s) not on the roster "
+              f"({', '.join(left_out)}): Canvas could not match them", file=sys.stderr)
+
+
+def _feedback_pages(book, doc, target, args) -> None:
+    from mha.grading import classreport, feedback
+
+    pages = feedback.write(book, doc["exercises"], target, graded=doc.get("graded", ""),
+                           site_url=args.site_url or classreport.local_site())
+    print(f"feedback: {len(pages)} pages in {target} (and {feedback.INDEX}, whose page is whose)", file=sys.stderr)
 
 
 def _warn(reports_, exercises) -> int:
@@ -364,16 +565,16 @@ def _roster(args, command: str):
         return 2
 
 
-def _class_report(doc, notes, roster, args, out, command: str) -> int:
-    from mha.grading import classreport, classstats
+def _class_report(doc, notes, args, out, command: str) -> int:
+    from mha.grading import adjust, classreport, classstats, drafts
     from mha.grading.roster import RosterError
 
     try:
-        report = classstats.build(doc, roster=roster, pseudonymise=args.pseudonymise,
+        report = classstats.build(doc, pseudonymise=args.pseudonymise,
                                   site_url=args.site_url or classreport.local_site(), notes=notes)
-        written = classreport.write(report, out)
-    except RosterError as e:
-        print(f"{command}: --roster: {e}", file=sys.stderr)
+        written = classreport.write(report, out, key=args.pseudonym_key)
+    except (RosterError, adjust.AdjustError, ValueError) as e:
+        print(f"{command}: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"{command}: cannot write the class report into {out}: {e.strerror or e}", file=sys.stderr)
@@ -381,29 +582,119 @@ def _class_report(doc, notes, roster, args, out, command: str) -> int:
     print(f"class report: {written[0]} and {written[1]}", file=sys.stderr)
     if len(written) > 2:
         print(f"the key to the pseudonyms (keep it to yourself): {written[2]}", file=sys.stderr)
+    target = getattr(args, "draft_mistakes", None)
+    if target:
+        named = report if not args.pseudonymise else classstats.build(doc, notes=notes)
+        try:
+            n = drafts.write(named, target, min_students=args.draft_min)
+        except OSError as e:
+            print(f"{command}: --draft-mistakes {target}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        print(f"draft mistakes: {n} in {target} (write their hints, then grade with --exercises {target})",
+              file=sys.stderr)
     return 0
 
 
-def _report(args) -> int:
-    from mha.grading import grades
-    from mha.grading.roster import RosterError, match
+def _read_grades(args, command: str):
+    """The grades files of the command line, merged, with the roster and adjustments the
+    options give (which replace those the files keep); or an exit status."""
+    from pathlib import Path
 
-    roster = _roster(args, "mha report")
+    from mha.grading import grades
+    from mha.grading.roster import RosterError, as_records, match
+
+    seen: dict = {}
+    for path in args.grades:
+        key = Path(path).resolve()
+        if key in seen:
+            print(f"{command}: {path} is given twice (as {seen[key]} and {path}): give each grades file once",
+                  file=sys.stderr)
+            return 2
+        seen[key] = path
+    roster = _roster(args, command) if getattr(args, "roster", None) else None
     if isinstance(roster, int):
         return roster
+    adjustments = _adjustments(args, command)
+    if isinstance(adjustments, int):
+        return adjustments
     try:
         named = [(path, grades.read(path)) for path in args.grades]
+        if roster is None:
+            kept = [d["roster"] for _, d in named if d.get("roster")]
+            if kept:
+                from mha.grading.roster import from_records
+
+                roster = from_records(kept[-1])
 
         def same(a, b):  # two submissions of one student of the roster
             return (x := match(roster, a)) is not None and x == match(roster, b)
 
         doc, notes = grades.merge(named, replace=args.replace, same=same if roster else None)
     except (grades.GradesError, RosterError) as e:
-        print(f"mha report: {e}", file=sys.stderr)
+        print(f"{command}: {e}", file=sys.stderr)
         return 2
+    doc = dict(doc)
+    if roster:
+        doc["roster"] = as_records(roster)
+    kept = {}
+    for _, d in named:
+        kept.update(d.get("adjustments") or {})
+    kept.update(adjustments)
+    if kept:
+        doc["adjustments"] = kept
+    for name, d in named:
+        notes += grades.against_course(d, name)
     for note in notes:
-        print(f"mha report: {note}", file=sys.stderr)
-    return _class_report(doc, notes, roster, args, args.out, "mha report")
+        print(f"{command}: {note}", file=sys.stderr)
+    return doc, notes
+
+
+def _report(args) -> int:
+    why = _cannot_write(args.out, True) or next((f"{o} {t}: {w}" for o, t, f in _output_targets(args) + [
+        ("--json", args.json, False), ("--csv", args.csv, False), ("--gradescope", args.gradescope, True),
+        ("--draft-mistakes", args.draft_mistakes, False)] if t and (w := _cannot_write(t, f))), None)
+    if why:
+        print(f"mha report: {why}", file=sys.stderr)
+        return 2
+    read = _read_grades(args, "mha report")
+    if isinstance(read, int):
+        return read
+    doc, notes = read
+    status = 0
+    if args.json:
+        from mha.grading import grades
+
+        try:
+            grades.write(doc, args.json)
+        except OSError as e:
+            print(f"mha report: --json {args.json}: {e.strerror or e}", file=sys.stderr)
+            status = 2
+    return max(status, _outputs(doc, notes, args, "mha report", report=args.out,
+                                single=len(doc["submissions"]) == 1))
+
+
+def _feedback(args) -> int:
+    why = _cannot_write(args.out, True)
+    if why:
+        print(f"mha feedback: --out {args.out}: {why}", file=sys.stderr)
+        return 2
+    read = _read_grades(args, "mha feedback")
+    if isinstance(read, int):
+        return read
+    doc, _ = read
+    from mha.grading import adjust, gradebook
+    from mha.grading.roster import RosterError
+
+    try:
+        book = gradebook.entries(doc)
+        _feedback_pages(book, doc, args.out, args)
+    except (adjust.AdjustError, RosterError) as e:
+        print(f"mha feedback: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"mha feedback: cannot write into {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,10 +16,17 @@ own exercises are (``book/grading.md`` has a worked example). Three ways in:
   their expected answers and hints, in a JSON file and a notebook; no reference, no hidden case.
 - ``load_exercises("<name>.json")`` in the student's notebook registers the student version:
   ``check("their.id", fn)`` then runs the public checks from the stored answers.
+
+A file may also add mistakes to exercises that exist already, the course's or another file's:
+a module-level ``MISTAKES = {"masking.causal_mask": [Mistake(...), ...]}``. ``mha report
+--draft-mistakes FILE`` writes such a file from a class's answer groups that no hint explains;
+each added mistake passes the same checks (and is refused while its hint is still the draft's
+placeholder, or when it gives the answers of a mistake the exercise lists already).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -30,11 +37,13 @@ from .check import call_outcome, traps_of
 from .compare import compare
 from .exercise import Exercise, ExerciseFileError, check_fields
 from .judge import judge, score_verdicts
-from .model import Case, Kind
-from .registry import check_ids, register
+from .model import Case, Kind, Mistake
+from .registry import EXERCISES, EXTENDED, LOADED, check_ids, extend, register
 from .student_version import notebook, read_student_version, student_version
 
 DRAWS = 20  # hidden draws the checks run at load time
+# The hint of a draft mistake (mha report --draft-mistakes) until the instructor writes one.
+DRAFT_HINT = "WRITE THE HINT"
 
 
 # ----------------------------------------------------------------------------- loading
@@ -51,13 +60,16 @@ def load_exercises(path, *, draws: int = DRAWS) -> list[Exercise]:
     if path.suffix == ".json":
         exercises = read_student_version(path)
     elif path.suffix == ".py":
-        exercises = exercises_in(path)
+        exercises, added = file_contents(path)
         check_ids(exercises, path)
         for ex in exercises:
             check_exercise(ex, draws=draws)
-    else:
-        raise ExerciseFileError(f"{path.name}: an exercise file is a .py file (or the .json student version "
-                                f"made from one), not {path.suffix or 'a file without a suffix'}")
+        extended = _extended(exercises, added, path)
+        for ex in extended:
+            check_exercise(ex, draws=draws)
+        register(exercises, path)
+        extend(extended, path)
+        return exercises + extended
     register(exercises, path)
     return exercises
 
@@ -65,6 +77,13 @@ def load_exercises(path, *, draws: int = DRAWS) -> list[Exercise]:
 def exercises_in(path) -> list[Exercise]:
     """The module-level Exercise objects of the Python file ``path``, in the file's order
     (an ``EXERCISES`` tuple or list is looked into too), after checking their fields."""
+    exercises, _ = file_contents(path, mistakes=False)
+    return exercises
+
+
+def file_contents(path, *, mistakes: bool = True) -> tuple[list[Exercise], dict[str, list[Mistake]]]:
+    """The module-level Exercise objects of the Python file ``path`` (after checking their
+    fields), and the mistakes its ``MISTAKES`` dict adds to exercises by id."""
     path = Path(path).resolve()
     name = "mha_exercise_file_" + "".join(c if c.isalnum() else "_" for c in path.stem)
     spec = importlib.util.spec_from_file_location(name, path)
@@ -87,16 +106,59 @@ def exercises_in(path) -> list[Exercise]:
         for item in items:
             if isinstance(item, Exercise) and all(item is not f for f in found):
                 found.append(item)
-    if not found:
+    added = _added_mistakes(path, getattr(module, "MISTAKES", None)) if mistakes else {}
+    if not found and not added:
         raise ExerciseFileError(f"{path.name} defines no exercise: write module-level "
                                 "mha.exercises.Exercise(...) objects (see the instructors' page, "
-                                "'Writing your own exercises')")
+                                "'Writing your own exercises'), or a MISTAKES dict that adds mistakes to "
+                                "exercises by id")
     for ex in found:
         check_fields(ex, path.name)
     for ex in found:  # quick before slow: every exercise's cases take the right arguments
         _cases(ex, "public", ex.public_cases)
         _cases(ex, "hidden", lambda: ex.hidden_cases(0))
-    return found
+    return found, added
+
+
+def _added_mistakes(path: Path, value) -> dict[str, list[Mistake]]:
+    """A file's ``MISTAKES``: exercise id -> the mistakes it adds, checked for their form."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ExerciseFileError(f"{path.name}: MISTAKES must be a dict of exercise id -> [Mistake(...), ...], got "
+                                f"{type(value).__name__}")
+    out = {}
+    for exercise_id, items in value.items():
+        items = list(items) if isinstance(items, (list, tuple)) else [items]
+        for m in items:
+            if not isinstance(m, Mistake) or not isinstance(m.hint, str) or not m.hint or not callable(m.wrong):
+                raise ExerciseFileError(f"{path.name}: MISTAKES[{exercise_id!r}] must hold Mistake(hint, wrong) "
+                                        f"objects, with a hint and a function; got {m!r}")
+        out[str(exercise_id)] = items
+    return out
+
+
+def _extended(mine: list[Exercise], added: dict[str, list[Mistake]], path: Path) -> list[Exercise]:
+    """The exercises ``added`` names (this file's, the course's or another file's), each
+    with the added mistakes after its own, their fields checked."""
+    out = []
+    origin = str(path.resolve())
+    for exercise_id, items in added.items():
+        before = EXTENDED.get(exercise_id) if LOADED.get(exercise_id) == origin else None  # loaded again
+        target = next((ex for ex in mine if ex.id == exercise_id), None) or before or EXERCISES.get(exercise_id)
+        if target is None:
+            raise ExerciseFileError(f"{path.name}: MISTAKES names {exercise_id!r}, which is no exercise of the course "
+                                    "or of a file loaded before this one")
+        if any(ex is target for ex in mine):
+            raise ExerciseFileError(f"{path.name}: add the mistakes of {exercise_id!r} to its own Exercise(mistakes=...) "
+                                    "in this file, not in MISTAKES")
+        try:
+            extended = dataclasses.replace(target, mistakes=(*target.mistakes, *items))
+        except ValueError as e:  # two mistakes of one name
+            raise ExerciseFileError(f"{path.name}: {e}") from None
+        check_fields(extended, path.name)
+        out.append(extended)
+    return out
 
 
 # ----------------------------------------------------------------------------- test the tests
@@ -126,14 +188,22 @@ def check_exercise(ex: Exercise, *, draws: int = DRAWS) -> None:
                               expected=expected, mistake_values=values) for j, fn in enumerate(calls)])
         return out
 
+    for k, m in enumerate(ex.mistakes):
+        if m.hint.strip().upper().startswith(DRAFT_HINT):
+            fail(f"{ex.mistake_name(k)!r} still has the draft's hint: write what these students got wrong and what "
+                 "to do instead (and give it a name)")
     public = _cases(ex, "public", ex.public_cases)
     if not public:
         fail("public must give at least one Case: students check their answers on the public cases")
     public_verdicts = judged(public, "the public checks")
+    draws_ = []
     for seed in range(max(1, draws)):
         hidden = _cases(ex, "hidden", lambda: ex.hidden_cases(seed)) if draws and not ex.prediction else []
+        draws_.append((seed, hidden, judged(hidden, f"hidden draw {seed}")))
+    _no_repeats(ex, public + [c for _, hidden, _ in draws_ for c in hidden], fail)
+    for seed, hidden, hidden_verdicts in draws_:
         cases = public + hidden
-        rows = public_verdicts + judged(hidden, f"hidden draw {seed}")
+        rows = public_verdicts + hidden_verdicts
         for j in range(len(calls)):
             scored = score_verdicts(ex, cases, [row[j] for row in rows])
             verdicts = scored.verdicts
@@ -158,6 +228,19 @@ def check_exercise(ex: Exercise, *, draws: int = DRAWS) -> None:
                        if twins else "it fails only where its answer is not a value the checks compare "
                        "(it raises, or has the wrong type or shape), where no hint can name it")
                 fail(f"{what} loses points on {draw} but its hint is never shown: {why}")
+
+
+def _no_repeats(ex: Exercise, cases: list[Case], fail) -> None:
+    """Refuse a mistake that gives the answers of a mistake listed before it on every case
+    (raising where it raises): it is that mistake, whose hint its answers get already."""
+    values = [ex.mistake_values(c) for c in cases if not c.raises]
+    for k in range(1, len(ex.mistakes)):
+        for j in range(k):
+            if values and all((w[k] is None) == (w[j] is None) and (w[k] is None or compare(
+                    ex.answer, w[j], w[k], ex.tolerance)[0]) for w in values):
+                fail(f"{ex.mistake_name(k)!r} ({_short(ex.mistakes[k].hint)}) gives the answers of "
+                     f"{ex.mistake_name(j)!r} on every check: it is that mistake, whose hint these answers get "
+                     "already; leave it out")
 
 
 def _cases(ex: Exercise, which: str, make) -> list[Case]:

@@ -75,6 +75,8 @@ EXERCISES = Registry()
 
 # exercise id -> the file it was loaded from (so that loading a file again replaces its exercises)
 LOADED: dict[str, str] = {}
+# exercise id -> the exercise as it was before a file's MISTAKES added to it (restored when unregistered)
+EXTENDED: dict[str, Exercise] = {}
 
 
 def get(exercise_id: str) -> Exercise:
@@ -111,11 +113,25 @@ def register(exercises: list[Exercise], origin) -> None:
         LOADED[ex.id] = origin
 
 
+def extend(exercises: list[Exercise], origin) -> None:
+    """Put ``exercises``, known ones with mistakes that the file ``origin`` adds (its
+    ``MISTAKES``), in the place of the exercises of the same ids; ``unregister(origin)``
+    puts the originals back."""
+    origin = str(Path(origin).resolve())
+    for ex in exercises:
+        EXTENDED.setdefault(ex.id, EXERCISES[ex.id])
+        EXERCISES[ex.id] = ex
+        LOADED[ex.id] = origin
+
+
 def unregister(path) -> None:
-    """Forget the exercises loaded from ``path``."""
+    """Forget the exercises loaded from ``path`` (and the mistakes it added to others)."""
     origin = str(Path(path).resolve())
     for i in [i for i, o in LOADED.items() if o == origin]:
-        EXERCISES.pop(i, None)
+        if i in EXTENDED:
+            EXERCISES[i] = EXTENDED.pop(i)
+        else:
+            EXERCISES.pop(i, None)
         LOADED.pop(i, None)
 
 

@@ -9,6 +9,9 @@ side; it confines itself with ``confine``, ``namespaces``, ``landlock`` and ``se
 exercise solved by its model answer, as a lesson to grade); the class report: ``grades`` (a
 run's grades as one JSON document, read back and merged), ``classstats`` (its numbers, as
 plain data), ``classreport`` (the page, from ``templates/``), ``figures`` (its inline SVG),
-``anonymise`` (names out of code and text, pseudonyms) and ``roster`` (the class list). See
-book/grading.md.
+``anonymise`` (names out of code, answer fingerprints) and ``roster`` (the class list); what
+the instructor does with the grades: ``adjust`` (overrides, due dates, late penalties),
+``gradebook`` (the final points per student, and the files an LMS or Gradescope imports),
+``feedback`` (a page per student to hand back) and ``drafts`` (the class's unexplained errors
+as draft mistakes). See book/grading.md.
 """

@@ -19,7 +19,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from . import figures
-from .classstats import DISCRIMINATION_MIN, EASY_SHARE, ClassReport, build, numbers
+from .classstats import DISCRIMINATION_MIN, EASY_SHARE, GROUPS, TEACH_GROUP, ClassReport, build, numbers
 
 HTML_NAME = "class-report.html"
 CSV_NAME = "class-report.csv"
@@ -33,7 +33,7 @@ ROWS = [("Students", "students"), ("Full marks", "full marks"), ("Mean score", "
         ("Refused: forbidden name", "forbidden"), ("Forbidden call while running", "forbidden calls"),
         ("Crashed", "crashed"), ("Timed out", "timeout"), ("Unreadable", "unreadable")]
 
-__all__ = ["build", "render", "write", "local_site", "numbers", "HTML_NAME", "CSV_NAME", "KEY_NAME"]
+__all__ = ["build", "render", "write", "key_path", "local_site", "numbers", "HTML_NAME", "CSV_NAME", "KEY_NAME"]
 
 
 def local_site() -> str | None:
@@ -73,15 +73,28 @@ def render(report: ClassReport) -> str:
         return Markup(figures.scatter(items, DISCRIMINATION_MIN)[0])
 
     return env.get_template("class-report.html").render(
-        r=report, num=num, histogram=histogram, scatter=scatter, anchor=anchor, fmt=_fmt, rows=ROWS,
-        known={m for _, m in ROWS}, key_name=KEY_NAME, easy=round(100 * EASY_SHARE),
+        r=report, teach_columns=report.teach_sections, groups_shown=GROUPS, num=num, histogram=histogram, scatter=scatter, anchor=anchor, fmt=_fmt, rows=ROWS,
+        known={m for _, m in ROWS}, key_name=KEY_NAME, teach_group=TEACH_GROUP, easy=round(100 * EASY_SHARE),
         threshold=round(100 * DISCRIMINATION_MIN))
 
 
-def write(report: ClassReport, directory) -> list[Path]:
+def key_path(directory, given=None) -> Path:
+    """Where the key to a pseudonymised report's pseudonyms goes: ``given``, else beside the
+    report's folder (``report-pseudonym-key.csv`` for ``report/``), never inside it: the
+    folder is what one shares. Raises ValueError for a path inside the folder."""
+    directory = Path(directory).resolve()
+    path = Path(given).resolve() if given else directory.parent / f"{directory.name}-{KEY_NAME}"
+    if directory in path.parents:
+        raise ValueError(f"--pseudonym-key {given}: the key must not be inside the report's folder {directory}, "
+                         "which is the folder one shares: write it elsewhere")
+    return path
+
+
+def write(report: ClassReport, directory, key=None) -> list[Path]:
     """Write the page and the CSV into ``directory`` (and, for a pseudonymised report, the
-    key to its pseudonyms); return their paths."""
+    key to its pseudonyms at ``key_path(directory, key)``, outside it); return their paths."""
     directory = Path(directory)
+    target = key_path(directory, key) if report.pseudonymised else None
     directory.mkdir(parents=True, exist_ok=True)
     page, table = directory / HTML_NAME, directory / CSV_NAME
     text = render(report)
@@ -91,13 +104,14 @@ def write(report: ClassReport, directory) -> list[Path]:
         w.writerows(numbers(report))
     page.write_text(text, encoding="utf-8")
     written = [page, table]
-    key = directory / KEY_NAME
-    if report.pseudonymised:
-        with open(key, "w", newline="", encoding="utf-8") as f:
+    stale = directory / KEY_NAME
+    if stale.exists():  # an earlier version wrote the key into the folder one shares
+        stale.unlink()
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, ["pseudonym", "student", "id", "name", "section", "path"])
             w.writeheader()
             w.writerows(report.key)
-        written.append(key)
-    elif key.exists():  # a key left by an earlier run would name the wrong students
-        key.unlink()
+        written.append(target)
     return written

@@ -70,6 +70,46 @@ def histogram(values: list[float], top: float, *, label: str, bins: int = 10,
     return _svg(w, h, alt, parts), alt
 
 
+CHAR_W, LINE_H = 7.0, 12.0  # the size of a label's character at font-size 11, with a margin
+
+
+def _labels(texts: list[str], points: list[tuple[float, float]], box) -> list[tuple[float, float, str]]:
+    """Where to write each mark's label (its centre), so that no two labels overlap and none
+    covers a mark: the nearest free place around the mark, further out (with a line to it)
+    where the marks crowd. Labels are placed in order of crowding, the most crowded first."""
+    x0, y0, x1, y1 = box
+    placed: list[tuple[float, float, float, float]] = []
+
+    def free(cx, cy, wd):
+        a = (cx - wd / 2, cy - LINE_H / 2, cx + wd / 2, cy + LINE_H / 2)
+        if a[0] < x0 or a[2] > x1 or a[1] < y0 or a[3] > y1:
+            return False
+        if any(a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3] for b in placed):
+            return False
+        return not any(a[0] - 4 < px < a[2] + 4 and a[1] - 4 < py < a[3] + 4 for px, py in points)
+
+    crowd = [sum(math.hypot(px - x, py - y) < 30 for px, py in points) for x, y in points]
+    order = sorted(range(len(points)), key=lambda k: (-crowd[k], points[k]))
+    out: dict[int, tuple[float, float, str]] = {}
+    for k in order:
+        x, y = points[k]
+        wd = CHAR_W * len(texts[k]) + 2
+        spot = None
+        for radius in range(9, 121, 5):
+            for step in range(16):
+                angle = -math.pi / 4 + step * math.pi / 8
+                cx, cy = x + radius * math.cos(angle), y - radius * math.sin(angle)
+                if free(cx, cy, wd):
+                    spot = (cx, cy)
+                    break
+            if spot:
+                break
+        spot = spot or (x + 9, y - 9)
+        placed.append((spot[0] - wd / 2, spot[1] - LINE_H / 2, spot[0] + wd / 2, spot[1] + LINE_H / 2))
+        out[k] = (spot[0], spot[1], texts[k])
+    return [out[k] for k in range(len(points))]
+
+
 def scatter(items: list[tuple[int, str, float, float | None, bool]], threshold: float) -> tuple[str, str]:
     """(SVG, text alternative) of every exercise's difficulty (mean score, share of the points)
     across and discrimination up, each mark labelled with the exercise's number; ``items``:
@@ -88,13 +128,14 @@ def scatter(items: list[tuple[int, str, float, float | None, bool]], threshold: 
                      f'text-anchor="middle">{d * 100:.0f}%</text>')
     parts.append(f'<line class="flag-line" x1="{left}" x2="{w - right}" y1="{Y(threshold):.1f}" '
                  f'y2="{Y(threshold):.1f}" stroke-dasharray="4 3"/>')
-    for number, _, difficulty, r, flagged in items:
-        x, y = X(difficulty), Y(r if r is not None else 0.0)
+    points = [(X(difficulty), Y(r if r is not None else 0.0)) for _, _, difficulty, r, _ in items]
+    for (number, _, _, _, flagged), (x, y) in zip(items, points):
         parts.append(f'<rect class="flag" x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8"/>' if flagged
                      else f'<circle class="bar" cx="{x:.1f}" cy="{y:.1f}" r="4"/>')
-        anchor = "end" if x > w - right - 12 else "start"
-        dx = -6 if anchor == "end" else 6
-        parts.append(f'<text class="ink" x="{x + dx:.1f}" y="{y - 5:.1f}" text-anchor="{anchor}">{number}</text>')
+    for (x, y), (tx, ty, text) in zip(points, _labels([str(i[0]) for i in items], points, (left, top_pad, w - 4, h - bottom))):
+        if math.hypot(tx - x, ty - y) > 14:  # far from its mark: a line says whose it is
+            parts.append(f'<line class="grid" x1="{x:.1f}" y1="{y:.1f}" x2="{tx:.1f}" y2="{ty:.1f}"/>')
+        parts.append(f'<text class="ink" x="{tx:.1f}" y="{ty + 4:.1f}" text-anchor="middle">{text}</text>')
     parts.append(f'<text class="ink" x="{left + plot_w / 2:.0f}" y="{h - 4}" text-anchor="middle">'
                  'mean score (difficulty)</text>')
     parts.append(f'<text class="ink" x="12" y="{top_pad + plot_h / 2:.0f}" text-anchor="middle" '

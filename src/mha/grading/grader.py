@@ -16,7 +16,10 @@ or exception texts (those could carry data read from disk), nor reference code.
 from __future__ import annotations
 
 import ast
+import datetime
 import functools
+import hashlib
+import math
 import json
 import os
 import queue
@@ -37,7 +40,7 @@ from mha.autograde import (EXERCISES, Exercise, Kind, MalformedResult, Outcome, 
 from mha.autograde.wire import encode, pack, unpack
 
 from . import extract, sandbox
-from .anonymise import anonymous_code, name_tokens
+from .anonymise import anonymous_code, fingerprint, name_tokens
 
 MAX_RESULT_BYTES = 32 << 20
 
@@ -51,6 +54,9 @@ class CheckReport:
     kind: Kind = Kind.CORRECT   # what kind of verdict: a listed mistake, a diagnosis, a forbidden call...
     hint: str = ""              # the hint the message ends with, if any
     mistake: str | None = None  # the name of the listed mistake the answer makes here (Exercise.mistake_name)
+    # A hash of what the answer gave on a public check (see value_fingerprint): equal for two
+    # answers that gave the same values; never the values, and "" on hidden checks.
+    value_fingerprint: str = ""
 
 
 @dataclass
@@ -65,6 +71,8 @@ class ExerciseReport:
     checks: list[CheckReport] = field(default_factory=list)
     seconds: float | None = None  # how long the submission's function ran on the checks (None: it did not run)
     code: str = ""  # a wrong answer's function and what it uses, anonymised (see anonymise.anonymous_code)
+    code_fingerprint: str = ""  # the shape of any answer's code (anonymise.fingerprint), right or wrong
+    answer_group: str = ""      # a wrong answer's group in the class report: "g" and the start of code_fingerprint
 
 
 @dataclass
@@ -78,6 +86,7 @@ class SubmissionReport:
     seconds: float = 0.0
     files: list[str] = field(default_factory=list)  # the files read (a folder's, by name); none: nothing to grade
     sandbox: str = ""  # the weakest isolation level its workers reached (sandbox.LEVELS); "": nothing ran
+    submitted: dict[str, str] = field(default_factory=dict)  # file -> when it was last changed (ISO, local time)
 
     def as_dict(self):
         return asdict(self)
@@ -97,7 +106,7 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
     seed = secrets.randbits(62) if seed is None else seed
     sub = extract.read_submission(path)
     report = SubmissionReport(student or sub.student, str(path), max_score=float(sum(e.points for e in exercises)),
-                              files=list(sub.files))
+                              files=list(sub.files), submitted=_submitted(Path(path), sub.files))
     if sub.error:
         report.notes.append(sub.error)
         report.exercises = [_zero(e, Status.UNREADABLE, sub.error) for e in exercises]
@@ -164,12 +173,28 @@ def grade_submission(path, exercises: list[Exercise] | None = None, *, limits: s
     tokens = name_tokens(sub.student, report.student)
     for i, ex in enumerate(exercises):  # the wrong answers' code, for the class report's answer groups
         r = results[i]
+        if found.get(i) and r.status not in (Status.MISSING, Status.NOT_ATTEMPTED):
+            r.code_fingerprint = fingerprint(ast.unparse(ast.Module(body=found[i], type_ignores=[])), ex.function)
         if r.status == Status.GRADED and r.score < r.max_score and found.get(i):
             r.code = anonymous_code(found[i], tokens, keep={ex.function})
+            r.answer_group = group_id(r.code_fingerprint)
     report.exercises = [results[i] for i in range(len(exercises))]
     report.score = round(sum(e.score for e in report.exercises), 2)
     report.seconds = round(time.monotonic() - t0, 2)
     return report
+
+
+def _submitted(path: Path, files: list[str]) -> dict[str, str]:
+    """When each file of a submission was last changed (an LMS's download keeps the time it
+    was handed in), as ISO text in local time; {} where it cannot be read."""
+    out = {}
+    for name in files:
+        target = path / name if path.is_dir() else path
+        try:
+            out[name] = datetime.datetime.fromtimestamp(target.stat().st_mtime).isoformat(timespec="seconds")
+        except (OSError, ValueError, OverflowError):
+            continue
+    return out
 
 
 def _zero(ex: Exercise, status: Status, message: str) -> ExerciseReport:
@@ -292,9 +317,77 @@ def _judge(ex: Exercise, cases, out: Path, i: int) -> ExerciseReport:
         name = (f"hidden check {k - n_public + 1}" if case.hidden else f"public check {k + 1}")
         mistake = None if v.mistake is None else ex.mistake_name(v.mistake)
         checks.append(CheckReport(name, v.passed, "correct" if v.passed else v.grader_message, case.hidden,
-                                  v.kind, v.hint, mistake))
+                                  v.kind, v.hint, mistake, "" if case.hidden else value_fingerprint(outcomes[k])))
     msg = f"{scored.passed} of {scored.total} checks pass"
     return ExerciseReport(ex.id, ex.title, ex.function, scored.score, float(ex.points), Status.GRADED, msg, checks)
+
+
+# ----------------------------------------------------------------------------- values, as hashes
+
+SIGNIFICANT = 3   # digits of a float a value's fingerprint keeps: what float error cannot change
+PROJECTIONS = 4   # fixed random weightings of a float array that its fingerprint keeps
+MAX_PROJECTED = 1 << 16  # elements of a float array the weightings read, at most
+
+
+def group_id(code_fingerprint: str) -> str:
+    """The id of a wrong answer's group in the class report, from its code's fingerprint: the
+    same for every answer of the same code, in every run (mha.grading.classstats uses it)."""
+    return "g" + code_fingerprint[:10] if code_fingerprint else ""
+
+
+def value_fingerprint(outcome: Outcome) -> str:
+    """A short hash of what one call gave: equal for two answers that gave the same values
+    (floats to ``SIGNIFICANT`` digits, so that two ways of computing one wrong value agree) or
+    raised the same type of error; "" for a call that gave nothing. It is a hash of a summary,
+    never the value, and the grader records it for public checks only, whose inputs are
+    public: the class report uses it to see one slip in answers whose code differs."""
+    if outcome.status == "raised":
+        text = f"raised {outcome.error_type}"
+    elif outcome.status == "value" and outcome.value is not None:
+        text = _canonical(outcome.value)
+    else:
+        return ""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _round(x: float) -> str:
+    if not math.isfinite(x):
+        return repr(x)
+    return f"{x:.{SIGNIFICANT - 1}e}" if x else "0"
+
+
+def _canonical(value) -> str:
+    """The text a value's fingerprint hashes: its kind, dtype and shape, exact integers and
+    booleans, and floats as a few rounded numbers (their mean size, and fixed random weightings
+    of them in steps of a thousandth of that size times the root of their count: float error
+    moves a weighting by a thousandth of a step, another wrong value by many steps)."""
+    import numpy as np
+
+    kind = value.kind
+    if kind in ("tensor", "ndarray"):
+        a = np.asarray(value.data)
+        head = f"{kind} {value.dtype} {tuple(a.shape)}"
+        if a.dtype.kind in "biu":
+            return head + " " + hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+        x = a.astype(np.float64).ravel()
+        finite = np.isfinite(x)
+        odd = hashlib.sha256(np.where(finite, 0, np.where(np.isnan(x), 1, np.sign(x) + 3)).astype(np.int8)
+                             .tobytes()).hexdigest()
+        x = np.where(finite, x, 0.0)
+        size = float(np.abs(x).mean()) if x.size else 0.0
+        if not size:
+            return f"{head} {odd} zero"
+        x = x[::max(1, x.size // MAX_PROJECTED)]  # a large array: evenly spaced elements of it
+        weights = np.random.default_rng(x.size).uniform(-1.0, 1.0, size=(PROJECTIONS, x.size))
+        steps = np.round(weights @ x / math.sqrt(x.size) / size * 10 ** SIGNIFICANT).astype(np.int64)
+        return f"{head} {odd} {_round(size)} {steps.tolist()}"
+    if kind == "float":
+        return f"float {_round(float(value.data))}"
+    if kind in ("tuple", "list"):
+        return f"{kind}({', '.join(_canonical(v) for v in value.data)})"
+    if kind == "dict":
+        return "dict(" + ", ".join(f"{_canonical(k)}: {_canonical(v)}" for k, v in value.data) + ")"
+    return f"{kind} {value.data!r}"
 
 
 # ----------------------------------------------------------------------------- many submissions

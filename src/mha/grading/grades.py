@@ -7,18 +7,33 @@ the notes of its public checks and its listed mistakes (key, name, hint, and whe
 point is taught); per submission every check's verdict, the named mistake it makes, and a
 wrong answer's anonymised code. ``pseudonym_seed`` orders the report's pseudonyms, so that
 every report made from the document gives each student the same one.
+
+Version 4 adds, each under a key of its own: per exercise, a hash of its definition (what
+the report shows of it) and the file that defines it, with that file's hash (``course``), so
+that files graded with different exercises are not merged and a file graded with another
+version of the course says so; per answer, the fingerprint of its code (``code_fingerprint``)
+and, for a wrong one, the stable id of its answer group in the class report
+(``answer_group``), and per public check a fingerprint of the answer's value
+(``value_fingerprint``); per
+submission, when its files were last changed (``submitted``); and the roster of the run
+(``roster``), when one was given. Version 3 files are still read (without those).
 """
 
 from __future__ import annotations
 
+import ast
 import datetime
+import hashlib
 import json
 import secrets
+import sys
 from collections import Counter
 from pathlib import Path
 
 FORMAT = "mha-grades"
-VERSION = 3  # 3: every check records its kind and its hint
+VERSION = 4  # 3: every check records its kind and its hint; 4: fingerprints, definitions, times, roster
+READS = (3, 4)
+PACKAGE = Path(__file__).resolve().parents[1]  # src/mha: course files are recorded relative to its parent
 
 
 class GradesError(ValueError):
@@ -27,9 +42,10 @@ class GradesError(ValueError):
 
 # ----------------------------------------------------------------------------- writing
 
-def document(reports, exercises) -> dict:
+def document(reports, exercises, roster=None) -> dict:
     """The JSON document of a grading run: plain data only (it survives a round trip through
-    JSON unchanged, so a report made from the file equals the one made while grading)."""
+    JSON unchanged, so a report made from the file equals the one made while grading).
+    ``roster``: the class list given with the run (``mha.grading.roster.Student``s)."""
     from .sandbox import weakest
 
     doc = {"format": FORMAT, "version": VERSION,
@@ -38,7 +54,37 @@ def document(reports, exercises) -> dict:
            "pseudonym_seed": secrets.token_hex(8),
            "exercises": [exercise_record(e) for e in exercises],
            "submissions": [{**r.as_dict(), "source": str(Path(r.path).resolve())} for r in reports]}
+    if roster:
+        from .roster import as_records
+
+        doc["roster"] = as_records(roster)
     return json.loads(json.dumps(doc))
+
+
+def file_hash(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def _source(ex) -> str:
+    """The file that defines ``ex``: an instructor's file (absolute), or the course's lesson
+    module (relative to the package's folder, ``mha/exercises/lesson05_....py``); "" if unknown."""
+    from mha.autograde import LOADED
+
+    if ex.id in LOADED:
+        return LOADED[ex.id]
+    for name, module in list(sys.modules.items()):
+        if name.startswith("mha.exercises.lesson") and any(e is ex for e in getattr(module, "EXERCISES", ())):
+            try:
+                return str(Path(module.__file__).resolve().relative_to(PACKAGE.parent))
+            except ValueError:
+                return str(module.__file__)
+    return ""
+
+
+def definition(record: dict) -> str:
+    """A hash of what the report shows of an exercise (its record, less its origin)."""
+    shown = {k: v for k, v in record.items() if k not in ("definition", "source")}
+    return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def exercise_record(ex) -> dict:
@@ -58,9 +104,17 @@ def exercise_record(ex) -> dict:
         notes = {f"public check {k + 1}": c.note for k, c in enumerate(ex.public_cases()) if c.note}
     except Exception:  # an exercise whose cases cannot be made here: no notes
         notes = {}
-    return {"id": ex.id, "title": ex.title, "lesson": ex.lesson, "function": ex.function, "points": ex.points,
-            "notes": notes, "mistakes": mistakes,
-            "diagnosis": {"section": diagnosis, "taught": sections.text(diagnosis)}}
+    record = {"id": ex.id, "title": ex.title, "lesson": ex.lesson, "function": ex.function, "points": ex.points,
+              "notes": notes, "mistakes": mistakes,
+              "diagnosis": {"section": diagnosis, "taught": sections.text(diagnosis)}}
+    source = _source(ex)
+    path = source if Path(source).is_absolute() else PACKAGE.parent / source
+    try:
+        record["source"] = {"file": source, "hash": file_hash(path)} if source else {}
+    except OSError:
+        record["source"] = {"file": source, "hash": ""}
+    record["definition"] = definition(record)
+    return record
 
 
 def write(doc: dict, path) -> None:
@@ -87,10 +141,10 @@ def read(path) -> dict:
     if doc.get("format") != FORMAT:
         raise GradesError(f"{path} was written by an older version of mha grade, from which the report cannot "
                           "be made: grade the submissions again with --json")
-    if doc.get("version") != VERSION:
+    if doc.get("version") not in READS:
         raise GradesError(f"{path} was written by another version of mha grade (format version "
-                          f"{doc.get('version')!r}; this one reads {VERSION}): use that version's mha report, "
-                          "or grade again")
+                          f"{doc.get('version')!r}; this one reads {' and '.join(map(str, READS))}): use that "
+                          "version's mha report, or grade again")
     try:
         _validate(doc)
     except (KeyError, TypeError, ValueError) as e:
@@ -135,13 +189,21 @@ def merge(named: list[tuple[str, dict]], *, replace: bool = False, same=None) ->
         for e in doc["exercises"]:
             if e["id"] in exercises:
                 first, had = exercises[e["id"]]
-                if _definition(had) != _definition(e):
+                both = bool(had.get("definition") and e.get("definition"))
+                if _definition(had, both) != _definition(e, both):
                     raise GradesError(f"exercise {e['id']} differs between {first} and {name} (points, title, "
-                                      "lesson or listed mistakes): grade both with the same exercises")
+                                      "lesson, listed mistakes or hints): they were graded with different versions "
+                                      "of the exercise; grade both with the same exercises")
             else:
                 exercises[e["id"]] = (name, e)
-    kept: list[tuple[str, dict]] = []
     notes = []
+    for name, doc in named:
+        lacking = [i for i in exercises if i not in {e["id"] for e in doc["exercises"]}]
+        if lacking:
+            notes.append(f"{name} grades none of {', '.join(lacking)} (graded in "
+                         f"{', '.join(dict.fromkeys(exercises[i][0] for i in lacking))}): its students have no "
+                         "points for them, in the report and every output")
+    kept: list[tuple[str, dict]] = []
     for name, doc in named:
         for s in doc["submissions"]:
             earlier = next((k for k, (_, t) in enumerate(kept) if _same_submission(t, s, same)), None)
@@ -168,8 +230,63 @@ def merge(named: list[tuple[str, dict]], *, replace: bool = False, same=None) ->
     return merged, notes
 
 
-def _definition(e: dict) -> tuple:
-    return (e["title"], e["lesson"], float(e["points"]), tuple(m["key"] for m in e["mistakes"]))
+def _definition(e: dict, hashed: bool = True) -> tuple:
+    """What must agree between two files' records of one exercise: the hash of its definition
+    where both files have one (version 4), and what version 3 recorded."""
+    shown = (e["title"], e["lesson"], float(e["points"]), tuple((m["key"], m.get("hint", "")) for m in e["mistakes"]))
+    return shown + ((e["definition"],) if hashed else ())
+
+
+# ----------------------------------------------------------------------------- the course installed
+
+def course_ids() -> dict[str, str]:
+    """The ids of the installed course's exercises -> the file of each, read from the lesson
+    files' source (``Exercise(id="...", ...)``) without importing them (``mha report`` needs no
+    torch)."""
+    found = {}
+    for path in sorted((PACKAGE / "exercises").glob("lesson[0-9][0-9]_*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Exercise":
+                for k in node.keywords:
+                    if k.arg == "id" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str):
+                        found[k.value.value] = str(path.relative_to(PACKAGE.parent))
+    return found
+
+
+def against_course(doc: dict, name: str) -> list[str]:
+    """What differs between the exercises a grades file was graded with and those installed
+    now: an id the course no longer has, a file of exercises changed since. The report shows
+    the exercises as they were graded; these notes say so."""
+    notes = []
+    installed = course_ids()
+    changed: dict[str, list[str]] = {}
+    for e in doc["exercises"]:
+        if e.get("definition") and definition(e) != e["definition"]:
+            notes.append(f"{name}: what it records of {e['id']} (title, points, mistakes or hints) is not what it was "
+                         "graded with: the file was edited after grading")
+        source = (e.get("source") or {}).get("file", "")
+        if "source" in e and not source:
+            continue  # an exercise whose file was not known when it was graded
+        if not Path(source).is_absolute() and e["id"] not in installed:
+            notes.append(f"{name}: {e['id']} is not an exercise of the course installed here (an older or newer "
+                         "version's, or a renamed one): the report shows it as it was graded")
+            continue
+        path = Path(source) if Path(source).is_absolute() else PACKAGE.parent / source
+        recorded = (e.get("source") or {}).get("hash")
+        try:
+            now = file_hash(path) if source else ""
+        except OSError:
+            now = None
+        if recorded and now != recorded:
+            changed.setdefault(source if now is not None else f"{source} (no longer there)", []).append(e["id"])
+    for source, ids in changed.items():
+        notes.append(f"{name}: the exercises of {Path(source).name} changed since it was graded ({', '.join(ids)}): "
+                     "the report shows them as they were graded; grade again for the new version")
+    return notes
 
 
 def _same_submission(a: dict, b: dict, same) -> bool:
