@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from mha.autograde import Case, Exercise, Mistake
+from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
 from mha.autograde.draw import other_than, randint, randn, returned_nan
 
 from .common import NO_MHA, NO_SOFTMAX
@@ -124,11 +124,27 @@ def _batched_hidden(g):
     return cases
 
 
-def _batched_explain(case, outcome):
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
-        return (".T on a 3-D tensor reverses all its axes, (B, T, d) -> (d, T, B); transpose only the "
-                "last two: k.transpose(-2, -1) (or k.mT)")
-    return None
+def _k_reversed(case, found):
+    """Whether the sizes an error quotes are those of q against k.T = (d, T, B): k.T on a 3-D
+    tensor reverses every axis, and the batch axis B then meets d (matmul's broadcast, or
+    bmm's "but got: [d, T]")."""
+    x, w_q = case.args[0], case.args[1]
+    B, T, d = x.shape[0], x.shape[1], w_q.shape[1]
+    sizes = tuple(int(n) for n in found.groups())
+    return sizes in ((B, d), (d, T))
+
+
+_T_ON_3D = (".T on a 3-D tensor reverses all its axes, (B, T, d) -> (d, T, B); transpose only the "
+            "last two: k.transpose(-2, -1) (or k.mT)")
+
+_batched_explain = Explain(
+    ErrorHint("t-on-3d-tensor", _T_ON_3D,
+              (r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension 0",
+               r"batch2 tensor to be: \[\d+, \d+\] but got: \[(\d+), (\d+)\]"), when=_k_reversed),
+    ErrorHint("bmm-needs-3d", "torch.bmm multiplies two batches of matrices, (B, n, m) @ (B, m, p), both 3-D: "
+              "check the number of axes of each operand (a (C, d) weight needs @, which broadcasts)",
+              (r"batch[12] must be a 3D tensor",)),
+)
 
 
 BATCHED = Exercise(
@@ -217,14 +233,31 @@ def _ss_hidden(g):
     ]
 
 
-def _ss_explain(case, outcome):
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
-        return ("scores.amax(dim=-1) drops the last axis, so it no longer lines up with the rows: keep "
-                "it with keepdim=True, giving (..., 1)")
+def _max_dropped_axis(case, found):
+    """Whether the error is the rows' maxima without their axis meeting the scores: (..., R)
+    against (..., R, K) gives "tensor a (K) must match tensor b (R)" at the last dimension."""
+    shape = case.args[0].shape
+    a, b, dim = (int(n) for n in found.groups())
+    return (a, b, dim) == (shape[-1], shape[-2], len(shape) - 1)
+
+
+def _ss_nan(case, outcome):
     if returned_nan(outcome):
         return ("exp overflows to inf (float32 beyond 88.7) or underflows to 0 for a whole row, and "
                 "inf/inf or 0/0 is NaN: subtract each row's own largest score before exp")
     return None
+
+
+_ss_explain = Explain(
+    ErrorHint("max-without-keepdim", "scores.amax(dim=-1) drops the last axis, so it no longer lines up with "
+              "the rows: keep it with keepdim=True, giving (..., 1)",
+              (r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)",),
+              when=_max_dropped_axis),
+    ErrorHint("max-returns-pair", "max(dim=...) returns a pair, (values, indices): take its .values, or use "
+              "scores.amax(dim=-1, keepdim=True), which returns the values alone",
+              (r"torch\.return_types\.max",), types=("TypeError",)),
+    values=_ss_nan,
+)
 
 
 def _global_max(s):

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from mha.autograde import Case, Exercise, Mistake
+from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
 from mha.autograde.draw import other_than, randint, randn
 
 from .common import NO_MHA
@@ -86,12 +86,14 @@ def _hib_hidden(g):
             for dt, nc in ((torch.float32, ()), (torch.float64, (0,)), (torch.float32, (0,)))]
 
 
-def _hib_explain(case, outcome):
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError" and (
-            case.noncontiguous or "view size is not compatible" in outcome.error_message):
-        return ("x may arrive non-contiguous (for example the transpose of a batch-first tensor), and "
-                ".view needs a contiguous layout: use .reshape, or .contiguous() before .view")
-    return None
+# torch's words when .view meets a layout it cannot reinterpret (a transposed tensor)
+VIEW_NOT_CONTIGUOUS = r"view size is not compatible with input tensor's size and stride"
+
+_hib_explain = Explain(
+    ErrorHint("view-not-contiguous", "x may arrive non-contiguous (for example the transpose of a batch-first "
+              "tensor), and .view needs a contiguous layout: use .reshape, or .contiguous() before .view",
+              (VIEW_NOT_CONTIGUOUS,)),
+)
 
 
 def _hib_wrong(order: str):
@@ -266,11 +268,21 @@ def _mqa_hidden(g):
     return cases
 
 
-def _mqa_explain(case, outcome):
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
-        return ("w_k and w_v have only d = C // num_heads columns: the keys and values form ONE head "
-                "(B, 1, T, d) that every query head reads; do not split them into heads")
-    return None
+def _keys_split(case, found):
+    """Whether the tensor a reshape could not split is as large as the keys (B, T, d): the
+    keys or values viewed as num_heads heads of d features."""
+    x, w_k = case.args[0], case.args[2]
+    return int(found.group(1)) == x.shape[0] * x.shape[1] * w_k.shape[1]
+
+
+_mqa_explain = Explain(
+    ErrorHint("kv-split-into-heads", "w_k and w_v have only d = C // num_heads columns: the keys and values form "
+              "ONE head (B, 1, T, d) that every query head reads; do not split them into heads",
+              (r"shape '\[[\d, -]+\]' is invalid for input of size (\d+)",), when=_keys_split),
+    ErrorHint("view-after-transpose", "after the transpose back to (B, T, h, d) the heads' outputs are not "
+              "contiguous, and .view cannot merge them: use .reshape(B, T, C) (or .contiguous().view)",
+              (VIEW_NOT_CONTIGUOUS,)),
+)
 
 
 MULTI_QUERY = Exercise(

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from mha.autograde import Case, Exercise, Mistake
+from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
 from mha.autograde.draw import randint, randn
 
 
@@ -145,17 +145,31 @@ def _gqa_qkv_wrong(kind: str):
     return wrong
 
 
-def _gqa_qkv_explain(case, outcome):
+def _third(case, found):
+    """Whether the part a reshape could not split is a third of the fused projection (chunk(3)
+    or split(width // 3)): the slip of three equal parts."""
+    qkv = case.args[0]
+    B, T, width = qkv.shape
+    size = int(found.group(1))
+    return size % (B * T) == 0 and size // (B * T) in (width // 3, -(-width // 3))
+
+
+def _gqa_qkv_values(case, outcome):
     qkv, h, groups = case.args
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError" and "shape" in outcome.error_message:
-        return ("the fused projection is h + 2 g heads of width d wide, not three equal parts: d = width // "
-                "(h + 2 g), and the queries take h * d features, the keys and the values g * d each")
     if outcome.status == "value" and outcome.value.kind in ("tuple", "list") and outcome.value.length == 3:
         k = outcome.value.data[1]
         if k.kind == "tensor" and k.data.ndim == 4 and k.data.shape[1] == h and h != groups:
             return ("return the g key and value heads as they are, (B, g, T, d); sharing them among the "
                     "query heads is attention's job, not the split's")
     return None
+
+
+_gqa_qkv_explain = Explain(
+    ErrorHint("three-equal-parts", "the fused projection is h + 2 g heads of width d wide, not three equal "
+              "parts: d = width // (h + 2 g), and the queries take h * d features, the keys and the values "
+              "g * d each", (r"shape '\[[\d, -]+\]' is invalid for input of size (\d+)",), when=_third),
+    values=_gqa_qkv_values,
+)
 
 
 SPLIT_QKV_GQA = Exercise(

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from mha.autograde import Case, Exercise, Mistake
+from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
 from mha.autograde.draw import randint, randn
 
 
@@ -252,11 +252,18 @@ def _lb_wrong(kind):
     return wrong
 
 
-def _lb_explain(case, outcome):
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
-        return ("y = x w^T, so dL/dx = grad_y @ w: (B, T, n_out) @ (n_out, n_in); grad_y @ w.T only "
-                "runs when n_in == n_out")
-    return None
+def _times_w_t(case, found):
+    """Whether the product that failed is grad_y (B T, n_out) against w.T (n_in, n_out)."""
+    x, w = case.args[0], case.args[1]
+    n_out, n_in = w.shape
+    return tuple(int(n) for n in found.groups()) == (x.shape[0] * x.shape[1], n_out, n_in, n_out)
+
+
+_lb_explain = Explain(
+    ErrorHint("dx-w-transposed", "y = x w^T, so dL/dx = grad_y @ w: (B, T, n_out) @ (n_out, n_in); grad_y @ w.T "
+              "only runs when n_in == n_out", (r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)",),
+              when=_times_w_t),
+)
 
 
 LINEAR_BACKWARD = Exercise(
