@@ -540,6 +540,18 @@ def test_a_forbidden_function_imported_by_name_is_flagged_by_check_as_by_the_gra
     assert result.score == 0 and "causal_lower_right" in capsys.readouterr().out
 
 
+def test_a_module_of_the_course_package_imported_under_another_name_is_flagged_by_check_as_by_the_grader(capsys):
+    """A notebook helper that reaches the course package through a module alias (lesson 14's
+    `tile_kinds` calls `kernels.key_range`, with `from mha.kernels import attention as kernels`)
+    gets no points from the grader, which sees the import; check must say so too."""
+    namespace = {"__name__": "notebook"}
+    exec("from mha import masks as helpers\n"
+         "def causal_mask(q_len, k_len):\n"
+         "    return helpers.causal_mask(q_len, k_len)\n", namespace)
+    result = check("masking.causal_mask", namespace["causal_mask"])
+    assert result.score == 0 and "helpers" in capsys.readouterr().out
+
+
 def test_a_raise_case_that_waits_for_the_values_is_marked_pending_not_failed(capsys):
     check("dims.shapes", lambda B, T, C, h: (_ for _ in ()).throw(ValueError(f"embed_dim={C}, num_heads={h}")))
     out = capsys.readouterr().out
@@ -565,7 +577,12 @@ def test_a_prediction_is_judged_within_its_stated_tolerance(exercise_id, capsys)
     outside = right * (1 + 1.5 * ex.tolerance) if ex.tolerance else right + 1
     assert check(exercise_id, lambda: inside).ok
     assert not check(exercise_id, lambda: outside).ok
-    assert "too high" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "the prediction is off" in said
+    # which way it is off, or by how much, would let a student home in on the number by running
+    # check again and again
+    for direction in ("too high", "too low", "too large", "too small", "factor"):
+        assert direction not in said, (exercise_id, direction)
 
 
 def test_every_part_of_the_course_has_a_prediction():

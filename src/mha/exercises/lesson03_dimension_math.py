@@ -197,7 +197,7 @@ def weights_mib() -> float:
 
 WEIGHTS_MIB = Exercise(
     id="dims.weights_mib", title="Predict: the memory of the attention weights", lesson="03-dimension-math",
-    function="weights_mib", params=(), points=2, reference=weights_mib, answer="number", tolerance=0.1,
+    function="weights_mib", params=(), points=2, reference=weights_mib, answer="number", tolerance=0.02,
     public=lambda g: [Case((), note="GPT-2 small, one sequence of 1024 tokens, float32")], hidden=lambda g: [],
     public_seed=205,
     section="Sizes of real models",
@@ -211,6 +211,14 @@ WEIGHTS_MIB = Exercise(
                 lambda: 12 * 1024 * 1024 / 2**20, name="numbers-not-bytes"),
         Mistake("the weights are (B, h, T, T), T squared: one row of T weights per query, not one weight per "
                 "query", lambda: 12 * 1024 * 4 / 2**20, name="t-not-squared"),
+        Mistake("a MiB is 2**20 bytes (1,048,576); dividing by 10**6 gives megabytes, MB, about 5% more",
+                lambda: 12 * 1024 * 1024 * 4 / 10**6, name="megabytes"),
+        Mistake("divide the bytes by 2**20 for MiB: dividing by 2**10 gives KiB", lambda: 12 * 1024 * 1024 * 4 / 2**10,
+                name="kibibytes"),
+        Mistake("the weights are float32, 4 bytes per number; 8 bytes is float64",
+                lambda: 12 * 1024 * 1024 * 8 / 2**20, name="eight-bytes"),
+        Mistake("the question is about ONE attention layer, the one asked for its weights: GPT-2 small's 12 layers "
+                "each return their own", lambda: 12 * 12 * 1024 * 1024 * 4 / 2**20, name="all-layers"),
     ),
     forbidden=("mha",), dtypes=(),
 )

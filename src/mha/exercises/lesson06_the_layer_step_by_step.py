@@ -336,7 +336,7 @@ def dropout_row_spread() -> float:
 DROPOUT_SPREAD = Exercise(
     id="layer.dropout_row_spread", title="Predict: how much dropout shakes a row", lesson=LESSON,
     function="dropout_row_spread", params=(), points=2, reference=dropout_row_spread, answer="number",
-    tolerance=0.05, public=lambda g: [Case((), note="16 weights of 1/16, p = 0.2")], hidden=lambda g: [],
+    tolerance=0.02, public=lambda g: [Case((), note="16 weights of 1/16, p = 0.2")], hidden=lambda g: [],
     public_seed=606,
     section="Attention dropout",
     mistakes=(
@@ -353,6 +353,16 @@ DROPOUT_SPREAD = Exercise(
         Mistake("that is the spread of the NUMBER of surviving weights, sqrt(n p (1 - p)); the sum of the "
                 "weights, each 1/16 and divided by 1 - p, spreads much less",
                 lambda: math.sqrt(16 * 0.2 * 0.8), name="count-of-survivors"),
+        # With w = 1/16 = (p / (1 - p))^2 these two slips give the same number: one hint says both.
+        Mistake("two slips give this number, here: p and 1 - p swapped (p is the probability of being DROPPED, "
+                "so the rescaling divides by 1 - p), or the weight not squared (scaling a number by w scales its "
+                "variance by w^2: Var(w m / (1 - p)) = w^2 Var(m) / (1 - p)^2)",
+                lambda: math.sqrt(16 * (1 / 16) ** 2 * 0.8 / 0.2), name="p-swap-or-w-unsquared"),
+        Mistake("the rescaling by 1 / (1 - p) scales the variance by its square, 1 / (1 - p)^2: with Var(m) = "
+                "p (1 - p) one weight's variance is w^2 p / (1 - p), not w^2 p",
+                lambda: math.sqrt(16 * (1 / 16) ** 2 * 0.2), name="rescaled-once"),
+        Mistake("the question is about the row's SUM, the total weight, not its mean: the sum of 16 terms spreads "
+                "16 times more than their mean", lambda: dropout_row_spread() / 16, name="mean-not-sum"),
     ),
     forbidden=("mha",), dtypes=(),
 )

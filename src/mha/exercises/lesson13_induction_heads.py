@@ -310,31 +310,49 @@ MEAN_ABLATE = Exercise(
     forbidden=NO_MHA,
 )
 
-# ---------------------------------------------------------------- 4. a prediction: which head composes
+# ---------------------------------------------------------------- 4. a prediction: which pairs compose
+
+# The toy model of the statement: where each first-layer head writes, and where each second-layer
+# head reads its queries, keys and values, as blocks A to D of four features each.
+WRITES = {0: "B", 1: "CD", 2: "A", 3: "B"}
+READS = {"queries": {0: "A", 1: "B", 2: "D", 3: "C"},
+         "keys": {0: "B", 1: "C", 2: "AB", 3: "D"},
+         "values": {0: "C", 1: "A", 2: "D", 3: "AB"}}
+
+
+def _pairs(role: str) -> int:
+    """How many (first-layer head, second-layer head) pairs compose through ``role``: the first
+    writes into a block the second reads there."""
+    return sum(bool(set(w) & set(r)) for w in WRITES.values() for r in READS[role].values())
+
 
 def composing_head() -> int:
-    """Three first-layer heads write into three blocks of the residual stream's 12 features:
-    head 0 into features 8-11, head 1 into 0-3, head 2 into 4-7. A second-layer head reads its
-    queries from features 0-3, its keys from 4-7 and its values from 8-11. With which
-    first-layer head does it K-compose?"""
-    writes = {0: range(8, 12), 1: range(0, 4), 2: range(4, 8)}
-    keys_read = range(4, 8)                      # K-composition: head a writes what the keys read
-    return next(a for a, block in writes.items() if block == keys_read)
+    """Four first-layer heads write into blocks of a residual stream of 16 features, and four
+    second-layer heads read their queries, keys and values from blocks of it (the tables of
+    the statement): how many (first-layer head, second-layer head) pairs K-compose?"""
+    return _pairs("keys")
 
 
 COMPOSING_HEAD = Exercise(
-    id="induction.composing_head", title="Predict: which head composes?", lesson="13-induction-heads",
+    id="induction.composing_head", title="Predict: how many pairs K-compose?", lesson="13-induction-heads",
     function="composing_head", params=(), points=2, reference=composing_head, answer="number", tolerance=0.0,
-    public=lambda g: [Case((), note="three first-layer heads, one second-layer head")], hidden=lambda g: [],
+    public=lambda g: [Case((), note="four first-layer heads, four second-layer heads")], hidden=lambda g: [],
     public_seed=1307,
     section="How the two heads work together: K-composition",
     mistakes=(
-        Mistake("head 1 writes into the features the QUERIES read: that is Q-composition; K-composition runs "
-                "through the keys, so look for the head that writes what W_K reads", lambda: 1,
-                name="q-composition"),
-        Mistake("head 0 writes into the features the VALUES read: that is V-composition; K-composition runs "
-                "through the keys, so look for the head that writes what W_K reads", lambda: 0,
-                name="v-composition"),
+        Mistake("that counts the pairs where the first-layer head writes what the second-layer head's QUERIES read: "
+                "Q-composition; K-composition runs through the keys, the blocks W_K reads",
+                lambda: _pairs("queries"), name="q-composition"),
+        Mistake("that counts the pairs where the first-layer head writes what the second-layer head's VALUES read: "
+                "V-composition; K-composition runs through the keys, the blocks W_K reads",
+                lambda: _pairs("values"), name="v-composition"),
+        Mistake("a pair K-composes only where the first-layer head writes into a block the second-layer head's KEYS "
+                "read; many pairs share no block there", lambda: len(WRITES) * len(READS["keys"]), name="every-pair"),
+        Mistake("that adds the pairs of all three kinds, Q-, K- and V-composition: count only those that compose "
+                "through the keys", lambda: sum(_pairs(r) for r in READS), name="all-three-kinds"),
+        Mistake("count pairs, not heads: a first-layer head whose output two second-layer heads' keys read makes "
+                "two pairs", lambda: sum(any(set(w) & set(r) for r in READS["keys"].values()) for w in WRITES.values()),
+                name="heads-not-pairs"),
     ),
     forbidden=NO_MHA, dtypes=(),
 )
