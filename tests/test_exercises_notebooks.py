@@ -172,3 +172,25 @@ def test_student_notebook_exercises_run_and_report_the_stubs(student, name, tmp_
     n_checks = sum(c.source.startswith("check(") for c in nb.cells if c.cell_type == "code")
     assert n_checks >= (3 if name not in (FIXTURE.stem,) else 0)
     assert outputs.count("not attempted yet") == n_checks
+
+
+@pytest.mark.parametrize("exercise_id", [i for i, ex in EXERCISES.items() if ex.prediction])
+def test_what_reveals_a_prediction_s_answer_comes_after_its_check_folded(student, exercise_id):
+    """In the student notebook, the cells after a prediction's check (the measurement, and the
+    text that states the number) up to the next exercise are folded, "after you answer"."""
+    from mha.notebooks import FOLDED_NOTE
+
+    ex = EXERCISES[exercise_id]
+    cells = nbformat.read(student[ex.lesson], as_version=4).cells
+    at = next(i for i, c in enumerate(cells) if c.cell_type == "code" and c.source.startswith(f'check("{exercise_id}"'))
+    after = []
+    for c in cells[at + 1:]:
+        if c.cell_type == "markdown" and c.source.startswith("**Exercise"):
+            break
+        after.append(c)
+    assert after and after[0].source == FOLDED_NOTE, exercise_id
+    for c in after[1:]:
+        if c.cell_type == "code":
+            assert c.metadata.get("jupyter", {}).get("source_hidden"), (exercise_id, c.source[:80])
+        else:
+            assert c.source.startswith("<details><summary>After you answer</summary>"), (exercise_id, c.source[:80])

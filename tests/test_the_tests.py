@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 import os
 import re
 import textwrap
@@ -275,6 +276,100 @@ def test_nearly_every_held_out_wrong_answer_gets_a_hint():
             if failed and all(BARE.fullmatch(m) for m in failed):
                 bare.append(f"{exercise_id} {fn.__name__}: {failed[0]}")
     assert total and len(bare) <= 0.1 * total, report(bare, total, "held-out wrong answers get no hint")
+
+
+# ----------------------------------------------------------------------------- predictions
+
+PREDICTIONS = [i for i in IDS if get(i).prediction]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def statement_of(ex) -> str:
+    """What the student is asked: the exercise's statement on its lesson page (between its
+    exercise-start, found by its label, and exercise-end), without the difficulty line."""
+    if ex.statement:
+        return ex.statement
+    label = ex.id.replace(".", "-").replace("_", "-")
+    with open(os.path.join(ROOT, "lessons", f"{ex.lesson}.md"), encoding="utf-8") as f:
+        page = f.read()
+    found = re.search(r"```\{exercise-start\}[^\n]*\n:label: " + re.escape(label) + r"\n```\n(.*?)```\{exercise-end\}",
+                      page, re.S)
+    assert found, f"no statement labelled {label} on {ex.lesson}"
+    return "\n".join(line for line in found.group(1).splitlines() if not line.startswith("**Difficulty"))
+
+
+def statement_numbers(text: str) -> set[float]:
+    """Every number a statement gives: powers written a^b or a^{b}, fractions a/b, plain numbers
+    (with thousands separators), whatever they stand for; not the tolerance ("within 2%")."""
+    text = re.sub(r"(?<=\d),(?=\d{3})", "", re.sub(r"within \d+%", "", text))
+    found = {float(int(a) ** int(b)) for a, b in re.findall(r"(\d+)\s*(?:\^|\*\*)\s*\{?(\d+)\}?", text)}
+    found |= {int(a) / int(b) for a, b in re.findall(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])", text) if int(b)}
+    return found | {float(n) for n in re.findall(r"\d+(?:\.\d+)?", text)}
+
+
+def guesses(numbers: set[float]) -> set[float]:
+    """What a guess from a statement's own numbers gives: each number; the product, ratio, mean
+    and geometric mean of two; and for a growth between two of them, with ratio r, its linear
+    and quadratic bounds r and r^2, their mean and their geometric mean (the "between 4 and 16,
+    so 8" of a guess)."""
+    found = set(numbers)
+    for a in numbers:
+        for b in numbers:
+            found |= {a * b, (a + b) / 2, math.sqrt(a * b)}
+            if b:
+                found.add(a / b)
+            if b and a > b:
+                r = a / b
+                found |= {r, r * r, (r + r * r) / 2, r ** 1.5}
+    return found
+
+
+@pytest.mark.parametrize("exercise_id", PREDICTIONS)
+def test_no_prediction_is_passed_by_a_guess_from_its_statement_s_numbers(exercise_id):
+    ex = get(exercise_id)
+    [case] = ex.public_cases()
+    numbers = statement_numbers(statement_of(ex))
+    assert len(numbers) >= 2, f"{exercise_id}: no numbers found in its statement"
+    passed = sorted(x for x in guesses(numbers) if ex.judge(case, graded_call(ex, lambda x=x: x, case)).passed)
+    assert not passed, (f"{exercise_id}: guesses from the statement's numbers {sorted(numbers)} pass: {passed[:8]}; "
+                        "choose numbers whose answer no such guess reaches, or a tighter tolerance")
+
+
+# binary units and the decimal ones a slip puts in their place
+UNITS = {"KiB": (2**10, 10**3), "MiB": (2**20, 10**6), "GiB": (2**30, 10**9), "TiB": (2**40, 10**12)}
+
+
+def test_a_unit_slip_fails_a_prediction_asked_in_a_binary_unit():
+    """A MiB for a megabyte (4.9% apart) or a KiB for a kilobyte (2.4%): a prediction whose statement
+    asks for a size in such a unit must lose its point on either slip, either way round."""
+    asked = [(i, unit) for i in PREDICTIONS for unit in UNITS if unit in statement_of(get(i))]
+    assert asked, "no prediction asks for a size in a binary unit any more: this test checks nothing"
+    for exercise_id, unit in asked:
+        ex = get(exercise_id)
+        [case] = ex.public_cases()
+        right = float(ex.reference())
+        binary, decimal = UNITS[unit]
+        for slip in (right * binary / decimal, right * decimal / binary):
+            assert not ex.judge(case, graded_call(ex, lambda: slip, case)).passed, (exercise_id, unit, slip)
+
+
+@pytest.mark.parametrize("exercise_id", PREDICTIONS)
+def test_re_running_check_cannot_home_in_on_a_prediction(exercise_id):
+    """A wrong prediction that no listed mistake explains is told that it is off, and nothing
+    more: the same words whichever way and however far it is off."""
+    ex = get(exercise_id)
+    [case] = ex.public_cases()
+    right = float(ex.reference())
+    listed = [float(m.wrong()) for m in ex.mistakes]
+    said = set()
+    for factor in (1 / 50, 1 / 3, 0.93, 1.07, 3, 50, -1):
+        answer = right * factor if right else factor
+        if any(abs(answer - x) <= max(ex.tolerance * abs(x), 1e-12) for x in listed):
+            continue
+        verdict = ex.judge(case, graded_call(ex, lambda: answer, case))
+        assert not verdict.passed and not verdict.hint, (exercise_id, answer, verdict.message)
+        said.add(verdict.message)
+    assert len(said) == 1, (exercise_id, said)
 
 
 # ----------------------------------------------------------------------------- check = grader
