@@ -251,7 +251,12 @@ def _mqa_variant(x, w_q, w_k, w_v, w_o, h, *, split="right", merge="right", scal
         q = q.reshape(B, h, T, d)
     k, v = (x @ w_k)[:, None], (x @ w_v)[:, None]
     out = torch.softmax(q @ k.transpose(-2, -1) / (scale or math.sqrt(d)), dim=dim) @ v
-    out = out.transpose(1, 2).reshape(B, T, C) if merge == "right" else out.reshape(B, T, C)
+    if merge == "right":
+        out = out.transpose(1, 2).reshape(B, T, C)
+    elif merge == "interleaved":                               # (B, T, d, h): head i at every h-th feature
+        out = out.permute(0, 2, 3, 1).reshape(B, T, C)
+    else:
+        out = out.reshape(B, T, C)
     return out @ (w_o.T if w_o_t else w_o) if project else out
 
 
@@ -321,6 +326,9 @@ MULTI_QUERY = Exercise(
         Mistake("head i owns the features i * d .. (i + 1) * d - 1: view the queries as (B, T, h, d), not "
                 "(B, T, d, h), which gives head i every h-th feature", lambda *a: _mqa_variant(*a, split="interleaved"),
                 name="heads-interleaved"),
+        Mistake("merge the heads back as they were split: head i's d outputs are the features i * d .. (i + 1) * d "
+                "- 1, so transpose (B, h, T, d) to (B, T, h, d) and reshape; (B, T, d, h) interleaves the heads",
+                lambda *a: _mqa_variant(*a, merge="interleaved"), name="merge-interleaved"),
     ),
     forbidden=NO_MHA, explain=_mqa_explain,
 )

@@ -371,6 +371,8 @@ def _align_wrong(kind):
             return counted.sum(dim=(0, 2))
         if kind == "one-number":
             return counted.sum() / (real.sum() * w.shape[1]).to(w.dtype)
+        if kind == "floor":                                                    # hits // pairs: 0, or 1
+            return (counted.sum(dim=(0, 2)) // real.sum()).to(w.dtype)
         return counted.sum(dim=(0, 2)) / real.sum().to(w.dtype)
     return wrong
 
@@ -403,6 +405,8 @@ ALIGNMENT = Exercise(
                 name="weight-not-argmax"),
         Mistake("pool every sequence of the batch, not only the first one", _align_wrong("first-sequence"),
                 name="first-sequence-only"),
+        Mistake("the fraction is a division of numbers, hits / pairs: integer division (//) floors it to 0, "
+                "or to 1 when every pair is a hit", _align_wrong("floor"), name="integer-division"),
     ),
     forbidden=("mha",),
 )

@@ -174,6 +174,8 @@ def _sg_wrong(kind):
             return (dS * R).sum() / scale
         if kind == "dp":
             return (dP * R).sum()
+        if kind == "unscaled-softmax":                     # P = softmax(R): the forward without its scale
+            return (_head(q, k, v, grad_out, 1.0)[3] * R).sum()
         return dS * R
     return wrong
 
@@ -197,6 +199,9 @@ SCALE_GRAD = Exercise(
                 "by the scale", _sg_wrong("divided"), name="divided-by-scale"),
         Mistake("dP is the gradient of the weights, not of the scores: pass it through the softmax first, "
                 "dS = P * (dP - rowsum(dP * P)), then sum dS * R", _sg_wrong("dp"), name="stopped-at-dp"),
+        Mistake("the weights are P = softmax(scale * q k^T): the forward that dS passes back through has the "
+                "scale in it; softmax(q k^T) is the layer at scale 1", _sg_wrong("unscaled-softmax"),
+                name="softmax-without-scale"),
     ),
     forbidden=NO_AUTOGRAD,
 )

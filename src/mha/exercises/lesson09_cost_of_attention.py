@@ -25,7 +25,7 @@ def cross_layer_flops(batch: int, tgt_len: int, src_len: int, embed_dim: int, nu
 
 def _cross_flops_public(g):
     return [Case((1, 4, 6, 12, 3), note="4 target positions read 6 source positions"),
-            Case((3, 256, 512, 512, 8), note="a batch of 3, a source twice as long as the target"),
+            Case((3, 320, 640, 512, 8), note="a batch of 3, a source twice as long as the target"),
             Case((1, 1024, 300, 768, 12), note="a long target, a short source")]
 
 

@@ -292,7 +292,8 @@ def wasted_scores(q_len: int, k_len: int, block_size: int) -> int:
     return computed - allowed
 
 
-def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0, subtract=True, first_row=False):
+def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0, subtract=True, first_row=False,
+                full_keys=False):
     off = tk - tq if offset is None else offset
     computed = 0
     for i0 in range(0, tq, b):
@@ -302,7 +303,7 @@ def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0,
         last_key = min(deciding + off, tk - 1) if skip else tk - 1
         if last_key >= 0:
             blocks = last_key // b + 1 + extra_block
-            computed += rows * (blocks * b if full else min(blocks * b, tk))
+            computed += rows * (blocks * b if full or full_keys else min(blocks * b, tk))
     allowed = sum(max(0, min(i + off + 1, tk)) for i in range(tq))
     return computed - allowed if subtract else computed
 
@@ -331,6 +332,11 @@ def _ws_hidden(g):
     return cases + [Case((tq, tk, b))]
 
 
+# Tiles counted whole, in both directions or along the keys only (the same count where the last
+# block of queries is whole): one hint says both.
+_SHORT_BLOCKS = ("the last block of queries and of keys may be shorter than block_size: a tile holds "
+                 "(its query rows) x (its key columns) scores")
+
 WASTED = Exercise(
     id="flash.wasted_scores", title="Scores computed for nothing", lesson="10-flash-attention",
     function="wasted_scores", params=("q_len", "k_len", "block_size"), points=4, answer="int",
@@ -346,9 +352,8 @@ WASTED = Exercise(
         Mistake("count the key blocks 0 .. last_key // block_size: that is last_key // block_size + 1 "
                 "blocks, one more than last_key // block_size",
                 lambda tq, tk, b: _ws_general(tq, tk, b, extra_block=-1), name="one-block-short"),
-        Mistake("the last block of queries and of keys may be shorter than block_size: a tile holds "
-                "(its query rows) x (its key columns) scores", lambda tq, tk, b: _ws_general(tq, tk, b, full=True),
-                name="full-tiles"),
+        Mistake(_SHORT_BLOCKS, lambda tq, tk, b: _ws_general(tq, tk, b, full=True), name="full-tiles"),
+        Mistake(_SHORT_BLOCKS, lambda tq, tk, b: _ws_general(tq, tk, b, full_keys=True), name="full-width-key-tiles"),
         Mistake("the question is how many computed scores the mask throws away: subtract the allowed "
                 "entries from the entries of the visited tiles", lambda tq, tk, b: _ws_general(tq, tk, b, subtract=False),
                 name="computed-not-wasted"),

@@ -197,6 +197,9 @@ ROPE = Exercise(
         Mistake("the frequencies fall with i: theta_i = base ** (-2i / d), a negative exponent; base ** (2i / d) "
                 "makes the high pairs spin fastest", lambda x, p, b: _rope_general(x, p, b, exponent=-2.0),
                 name="exponent-sign"),
+        Mistake("rotate row t by positions[t] as given: the positions already count from where the sequence "
+                "starts (0 for its first token); adding 1 turns every row one step too far",
+                lambda x, p, b: rope_rotate(x, p + 1, b), name="positions-plus-one"),
     ),
     forbidden=("mha",), explain=_rope_explain,
 )

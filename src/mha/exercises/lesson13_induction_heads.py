@@ -188,6 +188,9 @@ def _pm_wrong(kind):
             return weights[:, :, i, i - half + 1].mean(dim=(0, 2))
         if kind == "occurrence":                                # the earlier occurrence itself
             target = same & lower
+        elif kind == "roll":                                    # previous tokens by a roll: key 0's wraps
+            before = tokens.roll(1, dims=1)                     # tokens[j - 1], and the LAST token for j = 0
+            target = (tokens[:, :, None] == before[:, None, :]) & torch.ones(T, T, dtype=torch.bool).tril()
         else:
             target = _targets(tokens)
         if kind == "latest":                                    # only the most recent occurrence's successor
@@ -224,6 +227,9 @@ PREFIX = Exercise(
                 _pm_wrong("previous-token"), name="previous-token"),
         Mistake("the repeats are found from the tokens themselves, wherever they are: do not assume the second "
                 "half of each sequence repeats the first", _pm_wrong("half"), name="second-half-assumed"),
+        Mistake("key 0 has no previous token, so it is never a target: a roll by one wraps the LAST token into "
+                "position 0, and a query with that token then counts key 0 (shift with a slice, or leave j = 0 out)",
+                _pm_wrong("roll"), name="roll-wraps"),
     ),
     forbidden=NO_MHA,
 )
@@ -304,6 +310,10 @@ MEAN_ABLATE = Exercise(
                 name="mean-per-position"),
         Mistake("replace the head's output by its mean and keep it: zeroing the head's rows of W_O and adding "
                 "nothing back is zero-ablation", _rows_zeroed, name="rows-zeroed"),
+        Mistake("mean-ablation REPLACES the head's output by its mean; subtracting the mean keeps the output's "
+                "variation, which carries what the head says about each input",
+                lambda o, w, head: _ablate(o, w, head, lambda o: o[:, head] - o[:, head].mean(dim=(0, 1))),
+                name="mean-subtracted"),
         Mistake("average over the whole batch, not over the first sequence's positions only",
                 lambda o, w, head: _ablate(o, w, head, lambda o: o[0, head].mean(dim=0)), name="first-sequence-mean"),
     ),
