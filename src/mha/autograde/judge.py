@@ -170,8 +170,14 @@ def named_mistakes(ex: Exercise, case: Case, got: Value, values: list | None = N
     then cannot tell them apart, and naming one could name the wrong one)."""
     values = ex.mistake_values(case) if values is None else values
     found = [k for k, wrong in enumerate(values)
-             if wrong is not None and compare(ex.answer, wrong, got, ex.tolerance)[0]]
+             if wrong is not None and compare(ex.answer, wrong, got, ex.tolerance / NAMING_SHARE)[0]]
     return found if len({ex.mistakes[k].hint for k in found}) == 1 else []
+
+
+# A prediction is right within ``tolerance`` of the number; a listed slip's number is named only
+# within a quarter of it (a slip gives its number, up to rounding; a number merely near it, within
+# the tolerance, may come from another slip: 51 MiB is 1.3% from 50.3 MB, and is no unit slip).
+NAMING_SHARE = 4
 
 
 # ----------------------------------------------------------------------------- the score

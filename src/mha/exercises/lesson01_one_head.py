@@ -89,6 +89,9 @@ SINGLE = Exercise(
                 section="From tokens to queries, keys and values"),
         Mistake("divide by sqrt(d), not by d: the scores' spread grows like sqrt(d), the square root of the "
                 "head width", lambda x, a, b, c: _one_head(x, a, b, c, scale=float(a.shape[-1])), name="scale-by-d"),
+        Mistake("the weights average the VALUES, x @ w_v: the queries only ask, through the scores, how much of "
+                "each value to take", lambda x, a, b, c: _one_head(x, a, b, a), name="averages-the-queries",
+                section="From tokens to queries, keys and values"),
     ),
     forbidden=NO_MHA, explain=_single_explain,
 )

@@ -56,6 +56,8 @@ SPLIT = Exercise(
         Mistake("head i owns channels i*d to (i+1)*d - 1: view as (B, T, h, d), not (B, T, d, h)",
                 lambda x, h: x.reshape(x.shape[0], x.shape[1], x.shape[2] // h, h).permute(0, 3, 1, 2),
                 name="features-interleaved"),
+        Mistake("the view gives (B, T, h, d); transpose the T and h axes to get (B, h, T, d)",
+                lambda x, h: x.reshape(x.shape[0], x.shape[1], h, x.shape[2] // h), name="no-transpose"),
     ),
     forbidden=("mha",), explain=_split_explain, dtypes=("float16", "float32", "float64"),
 )
@@ -158,8 +160,10 @@ def _shapes_public(g):
 
 
 def _shapes_hidden(g):
-    h = randint(g, 2, 12)
-    h2 = randint(g, 3, 7)
+    # never 3 heads: there 3 d_h = C, and a fused projection three heads wide would pass for one
+    # C wide (the qkv-of-one slip)
+    h = other_than(g, 2, 12, (3,))
+    h2 = randint(g, 4, 7)
     return [Case((randint(g, 1, 8), randint(g, 2, 64), h * randint(g, 1, 64), h)),
             Case((randint(g, 1, 8), randint(g, 2, 64), 64 * h2, h2)),
             Case((randint(g, 1, 8), randint(g, 2, 64), h2 * randint(g, 2, 30) + 1, h2), raises="ValueError",
@@ -219,6 +223,9 @@ WEIGHTS_MIB = Exercise(
                 lambda: 12 * 1024 * 1024 * 8 / 2**20, name="eight-bytes"),
         Mistake("the question is about ONE attention layer, the one asked for its weights: GPT-2 small's 12 layers "
                 "each return their own", lambda: 12 * 12 * 1024 * 1024 * 4 / 2**20, name="all-layers"),
+        Mistake("that is 8 times the size: a float32 number takes 4 bytes (32 bits: count bytes, not bits), and the "
+                "question is about one sequence, not a batch", lambda: 12 * 1024 * 1024 * 32 / 2**20,
+                name="bits-or-batch-of-8"),
     ),
     forbidden=("mha",), dtypes=(),
 )
@@ -239,7 +246,7 @@ def multi_query_head(x, w_q, w_k, w_v, w_o, num_heads):
 
 
 def _mqa_variant(x, w_q, w_k, w_v, w_o, h, *, split="right", merge="right", scale=None, project=True, dim=-1,
-                 w_o_t=False):
+                 w_o_t=False, after=False):
     B, T, C = x.shape
     d = C // h
     q = x @ w_q
@@ -250,7 +257,10 @@ def _mqa_variant(x, w_q, w_k, w_v, w_o, h, *, split="right", merge="right", scal
     else:
         q = q.reshape(B, h, T, d)
     k, v = (x @ w_k)[:, None], (x @ w_v)[:, None]
-    out = torch.softmax(q @ k.transpose(-2, -1) / (scale or math.sqrt(d)), dim=dim) @ v
+    if after:   # the weights divided after the softmax
+        out = torch.softmax(q @ k.transpose(-2, -1), dim=dim) / math.sqrt(d) @ v
+    else:
+        out = torch.softmax(q @ k.transpose(-2, -1) / (scale or math.sqrt(d)), dim=dim) @ v
     if merge == "right":
         out = out.transpose(1, 2).reshape(B, T, C)
     elif merge == "interleaved":                               # (B, T, d, h): head i at every h-th feature
@@ -323,12 +333,17 @@ MULTI_QUERY = Exercise(
         Mistake("the softmax runs over the keys, the last dimension: the scores are (B, h, T, T) and "
                 "dim=-2 normalises over the queries", lambda *a: _mqa_variant(*a, dim=-2),
                 name="softmax-over-queries"),
+        Mistake("the softmax runs over the keys, the last dimension: the scores are (B, h, T, T) and dim=1 "
+                "normalises across the heads", lambda *a: _mqa_variant(*a, dim=1), name="softmax-over-heads"),
         Mistake("head i owns the features i * d .. (i + 1) * d - 1: view the queries as (B, T, h, d), not "
                 "(B, T, d, h), which gives head i every h-th feature", lambda *a: _mqa_variant(*a, split="interleaved"),
                 name="heads-interleaved"),
         Mistake("merge the heads back as they were split: head i's d outputs are the features i * d .. (i + 1) * d "
                 "- 1, so transpose (B, h, T, d) to (B, T, h, d) and reshape; (B, T, d, h) interleaves the heads",
                 lambda *a: _mqa_variant(*a, merge="interleaved"), name="merge-interleaved"),
+        Mistake("scale the scores before the softmax: dividing the weights after it leaves rows that no longer sum "
+                "to 1", lambda *a: _mqa_variant(*a, after=True), name="scale-after-softmax",
+                section="01-one-head: Why divide by $\\sqrt{d_h}$?"),
     ),
     forbidden=NO_MHA, explain=_mqa_explain,
 )

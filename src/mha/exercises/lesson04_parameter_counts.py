@@ -3,8 +3,10 @@ heads a memory budget allows."""
 
 from __future__ import annotations
 
+import torch
+
 from mha.autograde import Case, Exercise, Mistake
-from mha.autograde.draw import other_than, randint, separating
+from mha.autograde.draw import randint, separating
 
 
 # ---------------------------------------------------------------- 7. MHA parameters
@@ -199,20 +201,15 @@ def _mkv_hidden(g):
     L, d, T, B, e = randint(g, 1, 40), 16 * randint(g, 1, 8), randint(g, 1, 8192), randint(g, 1, 16), randint(g, 1, 4)
     unit = _kv_unit(L, d, T, B, e)
     cases.append(Case((unit * t + randint(g, 1, unit - 1), L, h, d, T, B, e)))
-    # Case 6: not even one key/value head fits, not even in a count that forgets the 2, the layers
-    # or the bytes (so that only "never zero" answers 1 there).
-    cases.append(Case((randint(g, 0, unit // (2 * L * e) - 1), L, h, d, T, B, e)))
-    # Case 7: a batch of 3 or more, unlike the layers and the bytes, redrawn until forgetting the
-    # batch gives a count no other listed slip gives (elsewhere it may give the count of another
-    # slip, and is then not named).
-    def batch_case():
-        h = (12, 24, 32, 48, 64)[randint(g, 0, 4)]
-        L, e = randint(g, 1, 40), randint(g, 1, 4)
-        B = other_than(g, 3, 16, (L, e, 2 * L, 2 * e))
-        d, T = 16 * randint(g, 1, 8), randint(g, 1, 8192)
-        unit = _kv_unit(L, d, T, B, e)
-        return Case((unit * randint(g, 1, h // 4) + randint(g, 0, unit - 1), L, h, d, T, B, e))
-    cases.append(separating(batch_case, MAX_KV_HEADS, names=("no-batch",)))
+    # Case 6: not even one key/value head fits, not even in a count that forgets one factor of a
+    # head's cache (so that only "never zero" answers 1 there).
+    cases.append(Case((randint(g, 0, unit // max(2, L, d, T, B, e) - 1), L, h, d, T, B, e)))
+    # Case 7: 64 heads, room for r heads with 1 < r < 2, and the factors of a head's cache 2, 4 (the
+    # bytes) and 8, 16, 32, 64 (the batch, the layers, head_dim and seq_len, in a random order): a
+    # count that forgets one factor f finds room for f r heads, the power of two f, each its own.
+    B, L, d, T = (int(i) for i in torch.tensor([8, 16, 32, 64])[torch.randperm(4, generator=g)])
+    unit = _kv_unit(L, d, T, B, 4)
+    cases.append(Case((unit + randint(g, 1, unit - 1), L, 64, d, T, B, 4)))
     return cases
 
 
@@ -245,6 +242,10 @@ MAX_KV_HEADS = Exercise(
                 name="elements-not-bytes"),
         Mistake("every sequence of the batch has its own cache: multiply by batch",
                 lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * L * d * T * e), name="no-batch"),
+        Mistake("a K/V head caches a vector of head_dim numbers per token: multiply by head_dim",
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * L * T * B * e), name="no-head-dim"),
+        Mistake("the cache holds every token of the sequence: multiply by seq_len",
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * L * d * B * e), name="no-seq-len"),
         Mistake("a cache of exactly memory_bytes fits: compare with <=, not <",
                 lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, strict=True), name="strict-less"),
         Mistake("any divisor of num_heads is a valid number of key/value heads, 3, 6 or 12 too, not only the "

@@ -308,17 +308,28 @@ def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0,
     return computed - allowed if subtract else computed
 
 
+def _ws_per_row(tq, tk, b):
+    """Each query row computing only the key blocks up to its own last key."""
+    off = tk - tq
+    last = [min(i + off, tk - 1) for i in range(tq)]
+    return sum(min((k // b + 1) * b, tk) - (k + 1) for k in last if k >= 0)
+
+
 def _ws_public(g):
     return [Case((8, 8, 2)), Case((5, 13, 4)), Case((10, 4, 3)),
             Case((9, 14, 4), note="the diagonal cuts through the tiles; the last block of queries is short")]
 
 
 def _ws_hidden(g):
-    b = randint(g, 2, 5)
+    # blocks of 3 to 8: with blocks of 2 the counts are a few units, and an unlisted slip gives a
+    # listed one's count by chance
+    b = randint(g, 3, 8)
     n = randint(g, 2, 5)
     cases = [Case((n * b + randint(g, 1, b - 1), n * b + randint(g, 1, b - 1), b)),       # partial last blocks
              Case((b, randint(g, 3, 6) * b + randint(g, 1, b - 1), b)),                    # one query block
-             Case((randint(g, 3, 6) * b, randint(g, 1, 2) * b, b))]                      # more queries than keys
+             # more queries than keys, 4 to 6 blocks against 1 or 2 (at 3 against 2, the allowed entries
+             # counted top-left give the count of one key block short)
+             Case((randint(g, 4, 6) * b, randint(g, 1, 2) * b, b))]
     # Fewer queries than keys, the diagonal inside the tiles; redrawn until the top-left mask
     # counts differently (by chance it can give the same number), and until deciding a block's
     # key blocks from its first query differs from counting one key block short (they agree on
@@ -360,6 +371,8 @@ WASTED = Exercise(
         Mistake("a block of queries needs every key block that its LAST query sees, the one that sees the most: "
                 "deciding from its first query skips tiles the later rows need",
                 lambda tq, tk, b: _ws_general(tq, tk, b, first_row=True), name="first-query-of-block"),
+        Mistake("a tile is computed whole: every row of a block of queries gets the scores of all the key blocks "
+                "the block's LAST row needs, not only those its own row sees", _ws_per_row, name="key-blocks-per-row"),
     ),
     forbidden=("mha",), dtypes=(),
 )

@@ -255,6 +255,14 @@ def _ablate(o, w, head, replace):
     return x.transpose(1, 2).reshape(B, T, h * d) @ w.T
 
 
+def _ablate_merged(o, w, head):
+    """The right ablation, merged by a plain reshape of (B, h, T, d)."""
+    B, h, T, d = o.shape
+    x = o.clone()
+    x[:, head] = o[:, head].mean(dim=(0, 1))
+    return x.reshape(B, T, h * d) @ w.T
+
+
 def _rows_zeroed(o, w, head):
     B, h, T, d = o.shape
     w = w.clone()
@@ -310,6 +318,10 @@ MEAN_ABLATE = Exercise(
                 name="mean-per-position"),
         Mistake("replace the head's output by its mean and keep it: zeroing the head's rows of W_O and adding "
                 "nothing back is zero-ablation", _rows_zeroed, name="rows-zeroed"),
+        Mistake("merge the heads by moving the head axis next to d_h first, (B, h, T, d_h) -> (B, T, h, d_h), then "
+                "reshaping: a plain reshape of (B, h, T, d_h) to (B, T, C) mixes positions across heads",
+                lambda o, w, head: _ablate_merged(o, w, head), name="direct-merge",
+                section="Removing heads: which ones matter?"),
         Mistake("mean-ablation REPLACES the head's output by its mean; subtracting the mean keeps the output's "
                 "variation, which carries what the head says about each input",
                 lambda o, w, head: _ablate(o, w, head, lambda o: o[:, head] - o[:, head].mean(dim=(0, 1))),
@@ -325,9 +337,9 @@ MEAN_ABLATE = Exercise(
 # The toy model of the statement: where each first-layer head writes, and where each second-layer
 # head reads its queries, keys and values, as blocks A to D of four features each.
 WRITES = {0: "B", 1: "CD", 2: "A", 3: "B"}
-READS = {"queries": {0: "A", 1: "B", 2: "D", 3: "C"},
+READS = {"queries": {0: "A", 1: "B", 2: "D", 3: "B"},
          "keys": {0: "B", 1: "C", 2: "AB", 3: "D"},
-         "values": {0: "C", 1: "A", 2: "D", 3: "AB"}}
+         "values": {0: "C", 1: "AB", 2: "C", 3: "AB"}}
 
 
 def _pairs(role: str) -> int:
@@ -360,9 +372,12 @@ COMPOSING_HEAD = Exercise(
                 "read; many pairs share no block there", lambda: len(WRITES) * len(READS["keys"]), name="every-pair"),
         Mistake("that adds the pairs of all three kinds, Q-, K- and V-composition: count only those that compose "
                 "through the keys", lambda: sum(_pairs(r) for r in READS), name="all-three-kinds"),
-        Mistake("count pairs, not heads: a first-layer head whose output two second-layer heads' keys read makes "
-                "two pairs", lambda: sum(any(set(w) & set(r) for r in READS["keys"].values()) for w in WRITES.values()),
+        Mistake("count pairs, not heads: a first-layer head whose output the keys of two second-layer heads read "
+                "makes two pairs, and a second-layer head whose keys read two heads' outputs makes two",
+                lambda: sum(any(set(w) & set(r) for r in READS["keys"].values()) for w in WRITES.values()),
                 name="heads-not-pairs"),
+        Mistake("count pairs of heads, not blocks: two first-layer heads writing into the block a key reads make two "
+                "pairs", lambda: sum(len(r) for r in READS["keys"].values()), name="blocks-not-pairs"),
     ),
     forbidden=NO_MHA, dtypes=(),
 )
