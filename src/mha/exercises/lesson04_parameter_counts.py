@@ -168,8 +168,9 @@ def _mkv_public(g):
     llama = (80, 64, 128, 4096, 8, 2)                       # Llama-2-70B's shape, 8 sequences, 16-bit
     return [Case((40 * 2 ** 30, *llama), note="40 GiB for 8 sequences of 4096 tokens"),
             Case((3 * 327_680 + 1000, 5, 32, 64, 512, 1, 1), note="5 layers, one byte per number"),
-            Case((5 * 3 * 2 ** 18, 1, 48, 64, 1024, 3, 4), note="1 layer, float32, 48 query heads, a batch of 3"),
-            Case((200, 1, 8, 64, 4, 1, 2), note="not even one K/V head fits")]
+            Case((45 * 2 ** 18, 1, 48, 64, 1024, 3, 4), note="1 layer, float32, 48 query heads, a batch of 3"),
+            Case((200, 1, 8, 64, 4, 1, 2), note="not even one K/V head fits"),
+            Case((3 * 2 ** 20, 16, 64, 32, 64, 8, 4), note="16 layers, 8 sequences of 64 tokens, head_dim 32")]
 
 
 def _mkv_hidden(g):
