@@ -310,6 +310,7 @@ def test_every_named_hint_names_the_slip_the_answer_makes():
     prediction is off". The counts are printed (pytest -s)."""
     gradings = named = misnamed = bare = 0
     wrong, full = [], []
+    first = {"named": 0, "misnamed": 0, "bare": 0}      # each answer's first grading, as a review counts
 
     def judged(ex, fn, cases, keys):
         return [ex.judge(c, graded_call(ex, fn, c), reveal=False, expected=e, mistake_values=m)
@@ -330,14 +331,21 @@ def test_every_named_hint_names_the_slip_the_answer_makes():
                     full.append(f"{exercise_id} {slip.fn.__name__} ({slip.makes}) gets full marks on draw {seed}")
                     continue
                 names = set().union(*(_named(ex, v) for v in verdicts if not v.passed))
+                wrongly = bool(names) and not names & set(slip.names)
                 named += bool(names)
-                if names and not names & set(slip.names):
-                    misnamed += 1
-                    wrong.append(f"{exercise_id} {slip.fn.__name__} ({slip.makes}), draw {seed}: named {sorted(names)}")
+                misnamed += wrongly
                 bare += _bare(verdicts)
+                if wrongly:
+                    wrong.append(f"{exercise_id} {slip.fn.__name__} ({slip.makes}), draw {seed}: named {sorted(names)}")
+                if seed == SEEDS[0]:
+                    first["named"] += bool(names)
+                    first["misnamed"] += wrongly
+                    first["bare"] += _bare(verdicts)
     print(f"\nheld-out slips: {sum(map(len, SLIPS.values()))} answers, {gradings} gradings; {named} name a slip, "
           f"{misnamed} of them one the answer did not make ({misnamed / max(named, 1):.1%}); {bare} bare "
-          f"({bare / gradings:.1%})" + "".join(f"\n  {w}" for w in wrong))
+          f"({bare / gradings:.1%}); on each answer's first draw, {first['named']} name a slip, "
+          f"{first['misnamed']} one the answer did not make, {first['bare']} bare"
+          + "".join(f"\n  {w}" for w in wrong))
     assert not full, report(full, gradings, "gradings of a held-out slip give full marks")
     assert misnamed <= 0.02 * named, report(wrong, named, "gradings name a slip the answer did not make")
     assert bare <= 0.05 * gradings, f"{bare} of {gradings} gradings of held-out slips get a bare message"
