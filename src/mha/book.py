@@ -4,8 +4,8 @@ On the website, {glue:}`name` in the text shows the value that the code passed t
 `glue("name", value)`. In a notebook there is no such substitution, so there `glue` prints
 `name = value` under the cell instead (a float to four significant digits): the student's
 notebook (``mha notebooks``) shows the site build's values in its text where the site has been
-built, and every name otherwise, and the run prints each one. The book build sets MHA_BOOK_BUILD=1 (mha.notebooks' Sphinx extension)
-for the kernels it starts.
+built, and every name otherwise, and the run prints each one. The book build sets
+MHA_BOOK_BUILD=1 (mha.notebooks' Sphinx extension) for the kernels it starts.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from .registry import EXERCISES, LOADED, get, register, select, unregister
 from .wire import MalformedResult
 
 __all__ = ["ANSWERS", "DRAWS", "EXERCISES", "FORBIDDEN_CALL", "LOADED", "NO_KERNEL", "TOLERANCE", "Called", "Case",
-           "CheckResult", "ErrorHint", "Exercise", "ExerciseFileError", "Explain", "ExerciseScore", "Kind", "MalformedResult", "Mistake", "Op",
-           "Outcome", "Status", "Verdict", "call_outcome", "check", "check_exercise", "check_fields", "compare",
+           "CheckResult", "ErrorHint", "Exercise", "ExerciseFileError", "Explain", "ExerciseScore", "Kind",
+           "MalformedResult", "Mistake", "Op", "Outcome", "Status", "Verdict", "call_outcome", "check", "check_exercise", "check_fields", "compare",
            "forbidden_uses", "get", "judge", "load_exercises", "read_record", "register", "safe_error_name", "score",
            "score_verdicts", "select", "traps_of", "unregister", "write_student_version"]
