@@ -540,6 +540,18 @@ def test_a_forbidden_function_imported_by_name_is_flagged_by_check_as_by_the_gra
     assert result.score == 0 and "causal_lower_right" in capsys.readouterr().out
 
 
+def test_a_module_of_the_course_package_imported_under_another_name_is_flagged_by_check_as_by_the_grader(capsys):
+    """A notebook helper that reaches the course package through a module alias (lesson 14's
+    `tile_kinds` calls `kernels.key_range`, with `from mha.kernels import attention as kernels`)
+    gets no points from the grader, which sees the import; check must say so too."""
+    namespace = {"__name__": "notebook"}
+    exec("from mha import masks as helpers\n"
+         "def causal_mask(q_len, k_len):\n"
+         "    return helpers.causal_mask(q_len, k_len)\n", namespace)
+    result = check("masking.causal_mask", namespace["causal_mask"])
+    assert result.score == 0 and "helpers" in capsys.readouterr().out
+
+
 def test_a_raise_case_that_waits_for_the_values_is_marked_pending_not_failed(capsys):
     check("dims.shapes", lambda B, T, C, h: (_ for _ in ()).throw(ValueError(f"embed_dim={C}, num_heads={h}")))
     out = capsys.readouterr().out
@@ -565,7 +577,12 @@ def test_a_prediction_is_judged_within_its_stated_tolerance(exercise_id, capsys)
     outside = right * (1 + 1.5 * ex.tolerance) if ex.tolerance else right + 1
     assert check(exercise_id, lambda: inside).ok
     assert not check(exercise_id, lambda: outside).ok
-    assert "too high" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "the prediction is off" in said
+    # which way it is off, or by how much, would let a student home in on the number by running
+    # check again and again
+    for direction in ("too high", "too low", "too large", "too small", "factor"):
+        assert direction not in said, (exercise_id, direction)
 
 
 def test_every_part_of_the_course_has_a_prediction():
@@ -589,3 +606,36 @@ def test_a_public_raise_case_is_settled_by_the_public_value_cases_alone():
     assert hidden_raise.passed
     verdicts[0] = Verdict(True, "correct")
     assert apply_raise_rule(cases, verdicts)[1].passed
+
+
+# Exceptions a wrong answer may raise for reasons no exercise's hint is about: the sizes quoted
+# are not the case's, the texts are not the slips' (a broadcast at another axis, an einsum typo,
+# an index out of range, a name error...).
+UNRELATED_ERRORS = [
+    ("RuntimeError", "The size of tensor a (97) must match the size of tensor b (89) at non-singleton dimension 0"),
+    ("RuntimeError", "einsum(): output subscript i does not appear in the equation for any input operand"),
+    ("RuntimeError", "shape '[97, 89]' is invalid for input of size 83"),
+    ("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (97x89 and 83x79)"),
+    ("RuntimeError", "Expected size for first two dimensions of batch2 tensor to be: [97, 89] but got: [83, 79]."),
+    ("IndexError", "Dimension out of range (expected to be in range of [-2, 1], but got 2)"),
+    ("TypeError", "unsupported operand type(s) for +: 'Tensor' and 'NoneType'"),
+    ("NameError", "name 'mask' is not defined"),
+    ("ValueError", "too many values to unpack (expected 3)"),
+]
+
+
+@pytest.mark.parametrize("exercise_id", [i for i in IDS if get(i).explain is not None])
+def test_an_exercise_s_hint_for_an_error_is_chosen_by_the_error_s_text_and_sizes(exercise_id):
+    """A hint for an exception names the slip that raises THAT exception, recognised by its text
+    (and the case's sizes in it), never one hint for every exception of a type: on errors no
+    slip of the exercise raises, its explain says nothing (the course-wide diagnosis may)."""
+    from mha.autograde import Outcome
+    from mha.autograde.model import Called
+
+    ex = get(exercise_id)
+    bases = {"RuntimeError": ("Exception",), "IndexError": ("LookupError", "Exception"),
+             "TypeError": ("Exception",), "NameError": ("Exception",), "ValueError": ("Exception",)}
+    for case in ex.public_cases() + ex.hidden_cases(0):
+        for error_type, message in UNRELATED_ERRORS:
+            outcome = Outcome(Called.RAISED, error_type=error_type, error_bases=bases[error_type], error_message=message)
+            assert ex.explain(case, outcome) is None, (exercise_id, error_type, message)

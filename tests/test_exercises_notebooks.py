@@ -42,10 +42,72 @@ def test_myst_syntax_becomes_plain_markdown():
         "```{dropdown} More\nhidden text\n```\n```{math}\nx = 1\n```\n% a comment\n",
         {"k1": "Vaswani et al. 2017"})
     assert "**Exercise: Split**" in md and "(Vaswani et al. 2017)" in md
-    assert "> **Note**" in md and "> See this and $a^2$ and `val`." in md
+    assert "> **Note**" in md and "> See this and $a^2$ and `val` (printed as `val = ...` when you run" in md
     assert "<details><summary>More</summary>" in md and "$$\nx = 1\n$$" in md
     for myst in ("{", ":label:", ":class:", "(lbl)=", "% a comment", ":::"):
         assert myst not in md, myst
+
+
+def _built_lesson(root: Path, text: str, glued: dict | None) -> Path:
+    """A lesson at root/lessons/x.md and, for ``glued``, the record a site build leaves of it."""
+    import json
+
+    (root / "lessons").mkdir(parents=True)
+    lesson = root / "lessons" / "x.md"
+    lesson.write_text(text)
+    if glued is not None:
+        record = root / "_build" / "jupyter_execute" / "lessons"
+        record.mkdir(parents=True)
+        (record / "x.glue.json").write_text(json.dumps(
+            {k: {"data": {"text/plain": v}, "metadata": {}, "output_type": "display_data"} for k, v in glued.items()}))
+    return lesson
+
+
+LESSON_WITH_VALUES = ("# A lesson\n\n```{code-cell} ipython3\nglue('share', 0.98351)\n```\n\n"
+                      "The head puts {glue:text}`share:.0%` of its weight on {glue:}`token`; "
+                      "{glue:text}`share:.2f` again, and {glue:text}`steps` steps.\n")
+
+
+def test_a_student_notebook_made_after_the_site_build_shows_the_page_s_values(tmp_path):
+    lesson = _built_lesson(tmp_path, LESSON_WITH_VALUES, {"share": "0.98351", "token": "'dog'", "steps": "265"})
+    [path] = write_student_notebooks(tmp_path / "out", [lesson])
+    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    assert "The head puts 98% of its weight on dog; 0.98 again, and 265 steps." in text
+    assert "website's run" in text
+
+
+def test_without_a_site_build_a_student_notebook_says_once_where_each_value_is_printed(tmp_path):
+    lesson = _built_lesson(tmp_path, LESSON_WITH_VALUES, None)
+    [path] = write_student_notebooks(tmp_path / "out", [lesson])
+    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    assert text.count("`share` (printed as `share = ...` when you run the code above)") == 1
+    assert "; `share` again" in text and "`steps` (printed as" in text and "stands for a value" in text
+
+
+def test_a_site_build_older_than_the_lesson_is_not_used(tmp_path):
+    import os
+
+    lesson = _built_lesson(tmp_path, LESSON_WITH_VALUES, {"share": "0.5", "token": "'cat'", "steps": "1"})
+    os.utime(lesson, (lesson.stat().st_mtime + 60,) * 2)
+    [path] = write_student_notebooks(tmp_path / "out", [lesson])
+    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    assert "50%" not in text and "`share` (printed as" in text
+
+
+def test_the_cells_after_a_prediction_that_reveal_its_answer_are_folded(tmp_path):
+    lesson = _built_lesson(tmp_path, "# L\n\n```{code-cell} ipython3\ncheck('x', f)\n```\n\n"
+                           '+++ {"tags": ["after-you-answer"]}\n\nThe measurement:\n\n'
+                           "```{code-cell} ipython3\n:tags: [after-you-answer]\nassert measured == 48\n```\n\n"
+                           '+++ {"tags": ["after-you-answer"]}\n\nIt is 48.\n\n+++\n\nNext.\n', None)
+    [path] = write_student_notebooks(tmp_path / "out", [lesson])
+    cells = nbformat.read(path, as_version=4).cells
+    at = next(i for i, c in enumerate(cells) if c.source.startswith("check("))
+    note, text, code, stated, after = cells[at + 1:at + 6]
+    assert note.source.startswith("**After you answer.**")
+    assert text.source.startswith("<details><summary>After you answer</summary>") and "The measurement" in text.source
+    assert code.metadata["jupyter"]["source_hidden"] and "48" in code.source
+    assert stated.source.startswith("<details>") and after.source == "Next."
+    assert sum(c.source.startswith("**After you answer.**") for c in cells) == 1
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +172,25 @@ def test_student_notebook_exercises_run_and_report_the_stubs(student, name, tmp_
     n_checks = sum(c.source.startswith("check(") for c in nb.cells if c.cell_type == "code")
     assert n_checks >= (3 if name not in (FIXTURE.stem,) else 0)
     assert outputs.count("not attempted yet") == n_checks
+
+
+@pytest.mark.parametrize("exercise_id", [i for i, ex in EXERCISES.items() if ex.prediction])
+def test_what_reveals_a_prediction_s_answer_comes_after_its_check_folded(student, exercise_id):
+    """In the student notebook, the cells after a prediction's check (the measurement, and the
+    text that states the number) up to the next exercise are folded, "after you answer"."""
+    from mha.notebooks import FOLDED_NOTE
+
+    ex = EXERCISES[exercise_id]
+    cells = nbformat.read(student[ex.lesson], as_version=4).cells
+    at = next(i for i, c in enumerate(cells) if c.cell_type == "code" and c.source.startswith(f'check("{exercise_id}"'))
+    after = []
+    for c in cells[at + 1:]:
+        if c.cell_type == "markdown" and c.source.startswith("**Exercise"):
+            break
+        after.append(c)
+    assert after and after[0].source == FOLDED_NOTE, exercise_id
+    for c in after[1:]:
+        if c.cell_type == "code":
+            assert c.metadata.get("jupyter", {}).get("source_hidden"), (exercise_id, c.source[:80])
+        else:
+            assert c.source.startswith("<details><summary>After you answer</summary>"), (exercise_id, c.source[:80])

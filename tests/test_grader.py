@@ -247,6 +247,21 @@ def test_renamed_functions_and_wrong_signatures_are_named(graded):
     assert e["dims.heads_into_batch"].status == "wrong signature"
 
 
+def test_a_rename_is_suggested_only_for_a_function_with_the_exercise_s_parameters():
+    """A lesson's own helper with a similar name (one_head, ablated, half_losses) is not an answer
+    under another name; a function with the stub's parameters is."""
+    import ast
+
+    from mha.grading.extract import find_function
+
+    stmts = ast.parse("def one_head(x, w_q, w_k, w_v): pass\ndef ablated(layer, *heads, mean=None): pass\n"
+                      "def half_losses(logits, tokens, half): pass\ndef split_head(x, num_heads): pass\n").body
+    for name, params in (("combine_heads", ("head_outputs", "w_o")), ("ablate_head", ("head_outputs", "w_o", "head")),
+                         ("alibi_slopes", ("num_heads",))):
+        assert "rename" not in find_function(stmts, name, params).problem, name
+    assert "found split_head(...) - rename it to split_heads" in find_function(stmts, "split_heads", ("x", "num_heads")).problem
+
+
 def test_a_cell_with_a_syntax_error_is_skipped_and_magics_are_ignored(graded):
     r = graded["syntax"]
     assert any("syntax error" in n for n in r.notes)

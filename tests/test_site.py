@@ -214,3 +214,26 @@ def test_attention_explorers_on_the_page_are_shown_as_html(built_site, page):
         assert len(explorer.select('input[type="range"]')) == (len(heads) > 1)
         assert explorer.select_one(".readout")["aria-live"] == "polite"
         assert explorer.select_one("script:not([type])"), f"{page}: explorer without its script"
+
+
+def _bare_glued_names(notebook: Path, lesson: Path) -> list[str]:
+    """The names the lesson glues into its text that the notebook's text still shows as names."""
+    import nbformat
+
+    names = {n.split(":")[0] for n in re.findall(r"\{glue:?\w*\}`([^`]+)`", lesson.read_text(encoding="utf-8"))}
+    text = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "markdown")
+    return sorted(n for n in names if f"`{n}`" in text or "{glue" in text)
+
+
+def test_a_student_notebook_of_lesson_13_made_after_the_build_reads_like_the_page(built_site, tmp_path):
+    """Lesson 13 glues whole sentences of its analysis: in a student notebook made after the
+    build, by `mha notebooks` or by the build itself (the page's download), every one of them
+    reads as on the page, with no name in its place."""
+    from mha.notebooks import NOTEBOOK_DIR, write_student_notebooks
+
+    lesson = ROOT / "lessons" / "13-induction-heads.md"
+    [made] = write_student_notebooks(tmp_path, [lesson], build=built_site.parent)
+    assert _bare_glued_names(made, lesson) == []
+    downloaded = built_site.parent.parent / NOTEBOOK_DIR / "13-induction-heads.ipynb"
+    if downloaded.is_file():
+        assert _bare_glued_names(downloaded, lesson) == []

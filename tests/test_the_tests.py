@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 import os
 import re
 import textwrap
@@ -39,6 +40,7 @@ import pytest
 import torch
 
 from alternatives import load as load_alternatives
+from slips import load as load_slips
 from agreement import agreement_problems, disagreements, grader_static
 from mha.autograde import NO_KERNEL, Case, call_outcome, score_verdicts, traps_of
 from mha.autograde.check import forbidden_in
@@ -275,6 +277,225 @@ def test_nearly_every_held_out_wrong_answer_gets_a_hint():
             if failed and all(BARE.fullmatch(m) for m in failed):
                 bare.append(f"{exercise_id} {fn.__name__}: {failed[0]}")
     assert total and len(bare) <= 0.1 * total, report(bare, total, "held-out wrong answers get no hint")
+
+
+# ----------------------------------------------------------------------------- named hints
+
+SLIPS = load_slips()
+
+
+def _named(ex, verdict) -> set[str]:
+    """The names a failing check's hint gives: the listed mistakes it is (several where one hint
+    says each), or the exercise's error hint it comes from; empty for any other hint."""
+    from mha.autograde import Explain, Kind
+
+    if verdict.kind is Kind.MISTAKE:
+        return set(verdict.message.split("Hint (", 1)[1].split("): ", 1)[0].split(" or "))
+    if verdict.kind is Kind.DIAGNOSIS and isinstance(ex.explain, Explain) and ex.explain.named(verdict.hint):
+        return {ex.explain.named(verdict.hint)}
+    return set()
+
+
+def _bare(verdicts) -> bool:
+    failed = [v.grader_message.split(": ")[-1] if v.grader_message.startswith("item ") else v.grader_message
+              for v in verdicts if not v.passed]
+    return bool(failed) and all(BARE.fullmatch(m) for m in failed)
+
+
+def test_every_named_hint_names_the_slip_the_answer_makes():
+    """The held-out slips of ``tests/slips``, each classified by hand with the slip it makes, graded
+    as the grader grades (the public checks and a hidden draw), on every draw: every one loses
+    points; at most 2% of the gradings that name a slip name one the answer did not make, and at
+    most 5% of all gradings, predictions included, say nothing more than "wrong values" or "the
+    prediction is off". The counts are printed (pytest -s)."""
+    gradings = named = misnamed = bare = 0
+    wrong, full = [], []
+    first = {"named": 0, "misnamed": 0, "bare": 0}      # each answer's first grading, as a review counts
+
+    def judged(ex, fn, cases, keys):
+        return [ex.judge(c, graded_call(ex, fn, c), reveal=False, expected=e, mistake_values=m)
+                for c, (e, m) in zip(cases, keys)]
+
+    for exercise_id, slips in SLIPS.items():
+        ex = get(exercise_id)
+        public = ex.public_cases()
+        keys = [(None, None) if c.raises else (ex.expected(c), ex.mistake_values(c)) for c in public]
+        on_public = {slip: judged(ex, slip.fn, public, keys) for slip in slips}
+        for seed in SEEDS[:1] if ex.prediction else SEEDS:
+            hidden = [] if ex.prediction else ex.hidden_cases(seed)
+            hidden_keys = [(None, None) if c.raises else (ex.expected(c), ex.mistake_values(c)) for c in hidden]
+            for slip in slips:
+                verdicts = score_verdicts(ex, public + hidden, on_public[slip] + judged(ex, slip.fn, hidden, hidden_keys)).verdicts
+                gradings += 1
+                if all(v.passed for v in verdicts):
+                    full.append(f"{exercise_id} {slip.fn.__name__} ({slip.makes}) gets full marks on draw {seed}")
+                    continue
+                names = set().union(*(_named(ex, v) for v in verdicts if not v.passed))
+                wrongly = bool(names) and not names & set(slip.names)
+                named += bool(names)
+                misnamed += wrongly
+                bare += _bare(verdicts)
+                if wrongly:
+                    wrong.append(f"{exercise_id} {slip.fn.__name__} ({slip.makes}), draw {seed}: named {sorted(names)}")
+                if seed == SEEDS[0]:
+                    first["named"] += bool(names)
+                    first["misnamed"] += wrongly
+                    first["bare"] += _bare(verdicts)
+    print(f"\nheld-out slips: {sum(map(len, SLIPS.values()))} answers, {gradings} gradings; {named} name a slip, "
+          f"{misnamed} of them one the answer did not make ({misnamed / max(named, 1):.1%}); {bare} bare "
+          f"({bare / gradings:.1%}); on each answer's first draw, {first['named']} name a slip, "
+          f"{first['misnamed']} one the answer did not make, {first['bare']} bare"
+          + "".join(f"\n  {w}" for w in wrong))
+    assert not full, report(full, gradings, "gradings of a held-out slip give full marks")
+    assert misnamed <= 0.02 * named, report(wrong, named, "gradings name a slip the answer did not make")
+    assert bare <= 0.05 * gradings, f"{bare} of {gradings} gradings of held-out slips get a bare message"
+
+
+def test_the_held_out_slips_are_many_and_named_by_the_course_s_own_names():
+    """At least 60 slips, predictions among them; each name a slip is classified under is one
+    the exercise can give (a listed mistake's, or one of its error hints')."""
+    from mha.autograde import Explain
+
+    assert sum(map(len, SLIPS.values())) >= 60
+    assert sum(len(s) for i, s in SLIPS.items() if get(i).prediction) >= 10
+    for exercise_id, slips in SLIPS.items():
+        ex = get(exercise_id)
+        known = {m.name for m in ex.mistakes} | (
+            {h.name for h in ex.explain.hints} if isinstance(ex.explain, Explain) else set())
+        for slip in slips:
+            assert set(slip.names) <= known, (exercise_id, slip.fn.__name__, set(slip.names) - known)
+
+
+# Hints added by issue 36: each must stay silent for at least two held-out slips of its exercise
+# that it does not describe (test_every_named_hint_names_the_slip_the_answer_makes checks that
+# they do).
+ADDED_HINTS = {
+    "heads.batched_head": ("t-on-3d-tensor", "bmm-needs-3d"),
+    "heads.multi_query_head": ("kv-split-into-heads", "view-after-transpose", "merge-interleaved",
+                               "scale-after-softmax", "softmax-over-heads"),
+    "heads.single_head": ("averages-the-queries",),
+    "onehead.stable_softmax": ("max-returns-pair",),
+    "dims.split_heads": ("no-transpose",),
+    "dims.weights_mib": ("megabytes", "kibibytes", "eight-bytes", "all-layers", "bits-or-batch-of-8"),
+    "params.cross_gqa_params": ("o-writes-kdim", "biases-twice", "group-size-for-groups"),
+    "params.max_kv_heads": ("no-batch", "no-head-dim"),
+    "masking.masked_softmax": ("fill-overflows-float16",),
+    "masking.decoder_mask": ("upper-triangle",),
+    "layer.split_qkv_gqa": ("three-equal-parts",),
+    "layer.dropout_row_spread": ("p-swap-or-w-unsquared", "rescaled-once", "mean-not-sum"),
+    "cross.alignment_accuracy": ("integer-division", "length-minus-one"),
+    "grads.scale_grad": ("softmax-without-scale",),
+    "grads.linear_backward": ("dx-w-transposed",),
+    "cost.flop_growth": ("geometric-mean", "no-output-proj", "one-head-t2", "upside-down"),
+    "flash.wasted_scores": ("full-width-key-tiles", "key-blocks-per-row"),
+    "decode.rope_rotate": ("positions-plus-one", "sin-cos-swapped"),
+    "induction.prefix_matching_score": ("roll-wraps",),
+    "induction.mean_ablate_head": ("mean-subtracted", "direct-merge"),
+    "induction.composing_head": ("q-composition", "heads-not-pairs", "blocks-not-pairs"),
+    "kernels.tiles_visited": ("one-key-block-short", "last-key-block-left-out"),
+}
+
+
+@pytest.mark.parametrize("exercise_id", sorted(ADDED_HINTS))
+def test_an_added_hint_has_two_held_out_slips_it_must_not_name(exercise_id):
+    for name in ADDED_HINTS[exercise_id]:
+        others = [s for s in SLIPS.get(exercise_id, []) if name not in s.names]
+        assert len(others) >= 2, f"{exercise_id}: write two held-out slips that {name!r} does not describe"
+        assert any(name in s.names for s in SLIPS[exercise_id]), f"{exercise_id}: no held-out slip makes {name!r}"
+
+
+# ----------------------------------------------------------------------------- predictions
+
+PREDICTIONS = [i for i in IDS if get(i).prediction]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def statement_of(ex) -> str:
+    """What the student is asked: the exercise's statement on its lesson page (between its
+    exercise-start, found by its label, and exercise-end), without the difficulty line."""
+    if ex.statement:
+        return ex.statement
+    label = ex.id.replace(".", "-").replace("_", "-")
+    with open(os.path.join(ROOT, "lessons", f"{ex.lesson}.md"), encoding="utf-8") as f:
+        page = f.read()
+    found = re.search(r"```\{exercise-start\}[^\n]*\n:label: " + re.escape(label) + r"\n```\n(.*?)```\{exercise-end\}",
+                      page, re.S)
+    assert found, f"no statement labelled {label} on {ex.lesson}"
+    return "\n".join(line for line in found.group(1).splitlines() if not line.startswith("**Difficulty"))
+
+
+def statement_numbers(text: str) -> set[float]:
+    """Every number a statement gives: powers written a^b or a^{b}, fractions a/b, plain numbers
+    (with thousands separators), whatever they stand for; not the tolerance ("within 2%")."""
+    text = re.sub(r"(?<=\d),(?=\d{3})", "", re.sub(r"within \d+%", "", text))
+    found = {float(int(a) ** int(b)) for a, b in re.findall(r"(\d+)\s*(?:\^|\*\*)\s*\{?(\d+)\}?", text)}
+    found |= {int(a) / int(b) for a, b in re.findall(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])", text) if int(b)}
+    return found | {float(n) for n in re.findall(r"\d+(?:\.\d+)?", text)}
+
+
+def guesses(numbers: set[float]) -> set[float]:
+    """What a guess from a statement's own numbers gives: each number; the product, ratio, mean
+    and geometric mean of two; and for a growth between two of them, with ratio r, its linear
+    and quadratic bounds r and r^2, their mean and their geometric mean (the "between 4 and 16,
+    so 8" of a guess)."""
+    found = set(numbers)
+    for a in numbers:
+        for b in numbers:
+            found |= {a * b, (a + b) / 2, math.sqrt(a * b)}
+            if b:
+                found.add(a / b)
+            if b and a > b:
+                r = a / b
+                found |= {r, r * r, (r + r * r) / 2, r ** 1.5}
+    return found
+
+
+@pytest.mark.parametrize("exercise_id", PREDICTIONS)
+def test_no_prediction_is_passed_by_a_guess_from_its_statement_s_numbers(exercise_id):
+    ex = get(exercise_id)
+    [case] = ex.public_cases()
+    numbers = statement_numbers(statement_of(ex))
+    assert len(numbers) >= 2, f"{exercise_id}: no numbers found in its statement"
+    passed = sorted(x for x in guesses(numbers) if ex.judge(case, graded_call(ex, lambda x=x: x, case)).passed)
+    assert not passed, (f"{exercise_id}: guesses from the statement's numbers {sorted(numbers)} pass: {passed[:8]}; "
+                        "choose numbers whose answer no such guess reaches, or a tighter tolerance")
+
+
+# binary units and the decimal ones a slip puts in their place
+UNITS = {"KiB": (2**10, 10**3), "MiB": (2**20, 10**6), "GiB": (2**30, 10**9), "TiB": (2**40, 10**12)}
+
+
+def test_a_unit_slip_fails_a_prediction_asked_in_a_binary_unit():
+    """A MiB for a megabyte (4.9% apart) or a KiB for a kilobyte (2.4%): a prediction whose statement
+    asks for a size in such a unit must lose its point on either slip, either way round."""
+    asked = [(i, unit) for i in PREDICTIONS for unit in UNITS if unit in statement_of(get(i))]
+    assert asked, "no prediction asks for a size in a binary unit any more: this test checks nothing"
+    for exercise_id, unit in asked:
+        ex = get(exercise_id)
+        [case] = ex.public_cases()
+        right = float(ex.reference())
+        binary, decimal = UNITS[unit]
+        for slip in (right * binary / decimal, right * decimal / binary):
+            assert not ex.judge(case, graded_call(ex, lambda: slip, case)).passed, (exercise_id, unit, slip)
+
+
+@pytest.mark.parametrize("exercise_id", PREDICTIONS)
+def test_re_running_check_cannot_home_in_on_a_prediction(exercise_id):
+    """A wrong prediction that no listed mistake explains is told that it is off, and nothing
+    more: the same words whichever way and however far it is off."""
+    ex = get(exercise_id)
+    [case] = ex.public_cases()
+    right = float(ex.reference())
+    listed = [float(m.wrong()) for m in ex.mistakes]
+    said = set()
+    for factor in (1 / 50, 1 / 3, 0.93, 1.07, 3, 50, -1):
+        answer = right * factor if right else factor
+        if any(abs(answer - x) <= max(ex.tolerance * abs(x), 1e-12) for x in listed):
+            continue
+        verdict = ex.judge(case, graded_call(ex, lambda: answer, case))
+        assert not verdict.passed and not verdict.hint, (exercise_id, answer, verdict.message)
+        said.add(verdict.message)
+    assert len(said) == 1, (exercise_id, said)
 
 
 # ----------------------------------------------------------------------------- check = grader

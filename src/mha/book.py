@@ -2,9 +2,10 @@
 
 On the website, {glue:}`name` in the text shows the value that the code passed to
 `glue("name", value)`. In a notebook there is no such substitution, so there `glue` prints
-`name = value` under the cell instead: the student's notebook shows every number the text
-refers to by name. The book build sets MHA_BOOK_BUILD=1 (mha.notebooks' Sphinx extension)
-for the kernels it starts.
+`name = value` under the cell instead (a float to four significant digits): the student's
+notebook (``mha notebooks``) shows the site build's values in its text where the site has been
+built, and every name otherwise, and the run prints each one. The book build sets
+MHA_BOOK_BUILD=1 (mha.notebooks' Sphinx extension) for the kernels it starts.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def glue(name: str, value, display: bool = False):
         from myst_nb import glue as myst_glue
 
         myst_glue(name, shown, display=display)
-    else:
-        print(f"{name} = {shown}")
+    else:  # a float to four significant digits, as the text shows it (to two or three, mostly)
+        print(f"{name} = {shown:.4g}" if isinstance(shown, float) else f"{name} = {shown}")
     return value
 
 

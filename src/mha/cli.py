@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--draws", type=int, default=None, metavar="N",
                    help="hidden draws on which FILE is checked (default 20; fewer is quicker while writing it)")
 
-    n = sub.add_parser("notebooks", help="write clean student notebooks (.ipynb) from the lessons")
+    n = sub.add_parser("notebooks", help="write clean student notebooks (.ipynb) from the lessons; after `make book` "
+                       "their text holds the values the website shows")
     n.add_argument("--out", required=True, metavar="DIR")
     n.add_argument("lessons", nargs="*", metavar="LESSON.md", help="default: lessons/*.md")
 
@@ -136,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for p in paths:
             print(p)
+        from mha.notebooks import default_lessons, glue_values
+
+        if any(glue_values(lesson) is None for lesson in (args.lessons or default_lessons())):
+            print("mha notebooks: no site build of some lessons (make book): their text names each computed "
+                  "value, which running the notebook prints", file=sys.stderr)
         return 0
     if args.command == "autograder":
         from mha.grading.autograder import build_zip

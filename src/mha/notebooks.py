@@ -6,8 +6,15 @@ A lesson (MyST Markdown, jupytext) becomes a plain ``.ipynb`` that any Jupyter r
   ``# END SOLUTION``, which become ``raise NotImplementedError(...)`` (the signature,
   docstring and anything around the markers stay);
 - MyST-only syntax becomes Markdown: exercise and admonition directives become bold
-  titles and quotes, dropdowns ``<details>``, ``{cite}`` author-year text, ``{glue:}``
-  the name of the computed value, labels and solution directives disappear;
+  titles and quotes, dropdowns ``<details>``, ``{cite}`` author-year text, labels and
+  solution directives disappear;
+- ``{glue:text}`` and ``{glue:}`` become the value the page shows, formatted as on the page,
+  where the site has been built (``make book`` leaves each lesson's glued values in
+  ``_build/jupyter_execute/lessons/<lesson>.glue.json``); otherwise the value's name, and at
+  its first mention where running the code prints it;
+- cells tagged ``after-you-answer`` (the measurement that reveals a prediction's answer, and
+  the text that states it) are folded: code cells with their source hidden, text inside
+  ``<details>``, after a line that says to predict first;
 - ``check(...)`` cells stay, so the student gets instant feedback.
 
 Used by ``mha notebooks --out DIR`` and, as a Sphinx extension (``mha.notebooks`` in
@@ -29,6 +36,10 @@ ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attent
                "error", "seealso", "admonition", "margin", "sidebar", "topic", "epigraph"}
 DROPPED = {"exercise-end", "solution-end", "bibliography", "tableofcontents", "toctree",
            "solution", "glue:any"}
+AFTER_YOU_ANSWER = "after-you-answer"  # the tag of the cells that reveal a prediction's answer
+FOLDED_NOTE = ("**After you answer.** The folded cells below measure the answer of the prediction above, "
+               "and the text states it: make your prediction and run its check first, then run them "
+               "and open them.")
 
 # The first code cell of every student notebook: a student who downloaded the notebook
 # from the website has no clone of the repository, so `import mha` would fail with a bare
@@ -113,10 +124,71 @@ def load_bib(path) -> dict[str, str]:
     return refs
 
 
-def _role(m: re.Match, bib: dict[str, str]) -> str:
+def format_glued(plain: str, spec: str) -> str:
+    """A glued value's text/plain as the page shows it with the role's format ``spec``
+    (``{glue:text}`name:.2f```): the same rule as MyST-NB's."""
+    import ast
+
+    try:
+        value = ast.literal_eval(plain)
+    except (SyntaxError, ValueError):
+        value = plain
+    if not spec:
+        return str(value)
+    kind = spec[-1]
+    if kind == "s":
+        value = str(value)
+    elif kind in "bcdoxX":
+        value = int(value)
+    elif kind in "eEfFgGn%":
+        value = float(value)
+    return format(value, spec)
+
+
+class Glued:
+    """The glued values of one lesson, as the site's build left them (``values``, name ->
+    text/plain; None without a build), and the names mentioned so far (``seen``)."""
+
+    def __init__(self, values: dict[str, str] | None = None):
+        self.values, self.seen = values, set()
+
+    def text(self, role_text: str) -> str:
+        name, _, spec = role_text.partition(":")
+        if self.values is not None and name in self.values:
+            try:
+                return format_glued(self.values[name], spec)
+            except (TypeError, ValueError):
+                pass
+        if name in self.seen:
+            return f"`{name}`"
+        self.seen.add(name)
+        return f"`{name}` (printed as `{name} = ...` when you run the code above)"
+
+
+def glue_values(lesson: Path, build: Path | None = None) -> dict[str, str] | None:
+    """The values the site build glued into ``lesson`` (name -> text/plain), from the
+    executed notebook's record in the build folder (``build``, by default ``_build`` beside
+    the lessons' folder: ``_build/jupyter_execute/lessons/<lesson>.glue.json``); None where
+    the site has not been built. A record older than the lesson is not used."""
+    import json
+
+    lesson = Path(lesson)
+    build = lesson.parent.parent / "_build" if build is None else Path(build)
+    record = build / "jupyter_execute" / lesson.parent.name / f"{lesson.stem}.glue.json"
+    try:
+        if record.stat().st_mtime < lesson.stat().st_mtime:
+            return None
+        data = json.loads(record.read_text(encoding="utf-8"))
+        return {name: out["data"]["text/plain"] for name, out in data.items()
+                if isinstance(out, dict) and "text/plain" in out.get("data", {})}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def _role(m: re.Match, bib: dict[str, str], glued: Glued | None = None) -> str:
     name, text = m.group(1), m.group(2)
     if name.startswith("glue"):
-        return f"`{text.split(':')[0]}`"
+        return (glued or Glued()).text(text)
     if name.startswith("cite"):
         keys = [k.strip() for k in text.split(",")]
         cited = "; ".join(bib.get(k, k) for k in keys)
@@ -145,14 +217,15 @@ def _strip_options(body: list[str]) -> tuple[dict[str, str], list[str]]:
     return opts, body
 
 
-def myst_to_markdown(text: str, bib: dict[str, str] | None = None) -> str:
-    """Turn MyST-only syntax into Markdown that Jupyter renders."""
+def myst_to_markdown(text: str, bib: dict[str, str] | None = None, glued: Glued | None = None) -> str:
+    """Turn MyST-only syntax into Markdown that Jupyter renders; ``glued`` gives the glued
+    values (and remembers which names a placeholder has introduced)."""
     bib = bib or {}
-    text = "\n".join(_convert(text.splitlines(), bib)).strip("\n")
+    text = "\n".join(_convert(text.splitlines(), bib, glued or Glued())).strip("\n")
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
-def _convert(lines: list[str], bib) -> list[str]:
+def _convert(lines: list[str], bib, glued: Glued) -> list[str]:
     out, i = [], 0
     while i < len(lines):
         line = lines[i]
@@ -161,7 +234,7 @@ def _convert(lines: list[str], bib) -> list[str]:
             if re.match(r"^\s*\([\w:.-]+\)=\s*$", line) or re.match(r"^%", line):
                 i += 1  # a label target, or a MyST comment
                 continue
-            out.append(_ROLE.sub(lambda r: _role(r, bib), line))
+            out.append(_ROLE.sub(lambda r: _role(r, bib, glued), line))
             i += 1
             continue
         indent, fence, name, arg = m.groups()
@@ -172,8 +245,8 @@ def _convert(lines: list[str], bib) -> list[str]:
             j += 1
         i = j + 1
         opts, body = _strip_options(body)
-        inner = _convert(body, bib)
-        arg = _ROLE.sub(lambda r: _role(r, bib), arg)
+        inner = _convert(body, bib, glued)
+        arg = _ROLE.sub(lambda r: _role(r, bib, glued), arg)
         out += _directive(name, arg, opts, inner, bib)
     return out
 
@@ -211,8 +284,17 @@ def wheel_name() -> str:
     return f"mha_course-{__version__}-py3-none-any.whl"
 
 
-def student_notebook(lesson: Path, bib: dict[str, str] | None = None):
-    """The clean student notebook (an nbformat NotebookNode) for one lesson file."""
+def _values_note(values: dict[str, str] | None) -> str:
+    if values is None:
+        return (" A name in code font in the text, such as `name`, stands for a value the lesson computes: "
+                "running the code cell above the text prints it as `name = ...`.")
+    return (" The numbers in the text are those of the course website's run of this lesson; running the "
+            "cells prints your run's own as `name = ...` (the same, but for timings).")
+
+
+def student_notebook(lesson: Path, bib: dict[str, str] | None = None, values: dict[str, str] | None = None):
+    """The clean student notebook (an nbformat NotebookNode) for one lesson file; ``values``:
+    the glued values of the site's build (:func:`glue_values`), None for none."""
     import jupytext
     import nbformat
 
@@ -220,19 +302,31 @@ def student_notebook(lesson: Path, bib: dict[str, str] | None = None):
     nb = jupytext.read(lesson, fmt="md:myst")
     title = next((line[2:].strip() for c in nb.cells if c.cell_type == "markdown"
                   for line in c.source.splitlines() if line.startswith("# ")), lesson.stem)
+    glues = any("{glue" in c.source for c in nb.cells if c.cell_type == "markdown")
     cells = [nbformat.v4.new_markdown_cell(
         f"*Student notebook for the lesson \u201c{title}\u201d of the multi-head attention course.* "
         "Write each exercise function where it says `raise NotImplementedError`, then run the "
         "`check(...)` cell after it for instant feedback. Those are public checks only, not your "
-        "grade: the grader also runs hidden checks, in a separate process."),
+        "grade: the grader also runs hidden checks, in a separate process."
+        + (_values_note(values) if glues else "")),
              nbformat.v4.new_code_cell(SETUP_CELL.format(wheel=wheel_name()))]
+    glued, folding = Glued(values), False
     for cell in nb.cells:
+        folded = AFTER_YOU_ANSWER in cell.metadata.get("tags", [])
+        if folded and not folding:
+            cells.append(nbformat.v4.new_markdown_cell(FOLDED_NOTE))
+        folding = folded
         if cell.cell_type == "code":
             src = stub_solutions(cell.source)
-            cells.append(nbformat.v4.new_code_cell(src))
+            code = nbformat.v4.new_code_cell(src)
+            if folded:
+                code.metadata = {"jupyter": {"source_hidden": True}, "tags": [AFTER_YOU_ANSWER]}
+            cells.append(code)
         elif cell.cell_type == "markdown":
-            md = myst_to_markdown(cell.source, bib)
+            md = myst_to_markdown(cell.source, bib, glued)
             if md.strip():
+                if folded:
+                    md = f"<details><summary>After you answer</summary>\n\n{md}\n\n</details>"
                 cells.append(nbformat.v4.new_markdown_cell(md))
     out = nbformat.v4.new_notebook(cells=cells)
     out.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
@@ -245,8 +339,10 @@ def default_lessons(root: Path | None = None) -> list[Path]:
     return sorted((root / "lessons").glob("*.md"))
 
 
-def write_student_notebooks(out_dir, lessons=None, bib_path=None) -> list[Path]:
-    """Write ``<lesson stem>.ipynb`` for each lesson into ``out_dir``; return the paths."""
+def write_student_notebooks(out_dir, lessons=None, bib_path=None, build=None) -> list[Path]:
+    """Write ``<lesson stem>.ipynb`` for each lesson into ``out_dir``; return the paths. The
+    text holds the glued values where the site has been built (in ``build``, by default
+    ``_build`` beside the lessons) since the lesson last changed (:func:`glue_values`)."""
     import nbformat
 
     lessons = [Path(p) for p in (lessons or default_lessons())]
@@ -264,7 +360,7 @@ def write_student_notebooks(out_dir, lessons=None, bib_path=None) -> list[Path]:
     written = []
     for lesson in lessons:
         target = out / f"{lesson.stem}.ipynb"
-        nbformat.write(student_notebook(lesson, bib), target)
+        nbformat.write(student_notebook(lesson, bib, glue_values(lesson, build)), target)
         written.append(target)
     return written
 
@@ -301,6 +397,17 @@ def _generate(app) -> None:
         build_wheel(src, src / NOTEBOOK_DIR)
 
 
+def _with_values(app, env) -> list[str]:
+    """Once every lesson has been executed (MyST-NB executes a page as it reads it), write the
+    student notebooks again, with the values the pages glue (the download links copy them
+    when the build writes the site, after this)."""
+    src = Path(app.srcdir)
+    lessons = sorted((src / "lessons").glob("*.md"))
+    if lessons:
+        write_student_notebooks(src / NOTEBOOK_DIR, lessons, src / "book" / "references.bib")
+    return []
+
+
 def _link(app, docname: str, source: list[str]) -> None:
     """Add a download link for the student notebook under each lesson's title."""
     if not docname.startswith("lessons/"):
@@ -326,5 +433,6 @@ def setup(app):
     # the page instead of printing them (see src/mha/book.py).
     os.environ[BOOK_BUILD_ENV] = "1"
     app.connect("builder-inited", _generate)
+    app.connect("env-updated", _with_values)
     app.connect("source-read", _link)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -82,21 +82,23 @@ def cross_flops_wrong_source_scores(batch, tgt_len, src_len, embed_dim, num_head
 # ---------------------------------------------------------------- flop_growth (a prediction)
 
 def flop_growth_written_down():
-    """The number, worked out on paper: 2048 (8 C + 4 * 2048) / (512 (8 C + 4 * 512)) at C = 512."""
-    return 8.0
+    """The number, worked out on paper: 4096 (8 C + 4 * 4096) / (512 (8 C + 4 * 512)) at C = 512, 26.7."""
+    return 26.7
 
 
 def flop_growth_by_shares():
-    """The projections are 2/3 of the count at T = 512 and grow 4 times; the T^2 third grows 16 times."""
-    return 2 / 3 * 4 + 1 / 3 * 16
+    """The projections are 2/3 of the count at T = 512 and grow 8 times; the T^2 third grows 64 times."""
+    return 2 / 3 * 8 + 1 / 3 * 64
 
 
 def flop_growth_wrong_guess_cubic():
-    return 64.0
+    """8 times longer, so 8 ** 3."""
+    return 512.0
 
 
 def flop_growth_wrong_rounded_down():
-    return 6.0
+    """Rounded down to a multiple of 5 before answering: 25 is 6% under."""
+    return 25.0
 
 
 def crossover_wrong_mha_always(embed_dim, num_heads, num_kv_heads):

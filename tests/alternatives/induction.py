@@ -179,23 +179,26 @@ def mean_ablate_wrong_rows(head_outputs, out_proj_weight, head):
 
 
 def composing_head_by_overlap():
-    """The head whose block of written features overlaps the block the keys read."""
-    writes = [set(range(8, 12)), set(range(0, 4)), set(range(4, 8))]
-    return max(range(3), key=lambda a: len(writes[a] & set(range(4, 8))))
+    """The pairs whose feature sets overlap, with the blocks as feature numbers."""
+    block = {"A": set(range(0, 4)), "B": set(range(4, 8)), "C": set(range(8, 12)), "D": set(range(12, 16))}
+    writes = [block["B"], block["C"] | block["D"], block["A"], block["B"]]
+    keys = [block["B"], block["C"], block["A"] | block["B"], block["D"]]
+    return sum(1 for w in writes for k in keys if w & k)
 
 
 def composing_head_written_down():
-    return 2
+    """Counted off the tables: 2 + 1 + 3 + 1, second-layer head by second-layer head."""
+    return 7
 
 
 def composing_head_wrong_last():
-    """The last first-layer head, by habit."""
+    """The last head number of the tables, by habit (the old question asked for a head)."""
     return 3
 
 
 def composing_head_wrong_two_heads():
-    """1.5: "between the query's and the key's"."""
-    return 1.5
+    """7.5: "the pairs, and half of head 1's, which writes two blocks"."""
+    return 7.5
 
 
 CORRECT = {

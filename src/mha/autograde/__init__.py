@@ -9,7 +9,8 @@ model              :class:`Case`, :class:`Mistake`, :class:`Outcome`, :class:`Ve
                    words that describe them (:class:`Status`, :class:`Kind`, :class:`Called`)
 judge              one verdict per check (:func:`judge`), one score per exercise (:func:`score`)
 compare            how an answer is compared with the expected one, by the kind of answer
-diagnose           words for what a wrong answer got wrong, where no listed mistake says it
+diagnose           words for what a wrong answer got wrong, where no listed mistake says it;
+                   an exercise's own hints for the errors its slips raise (:class:`ErrorHint`)
 forbidden          the static scan of an answer's source for names its exercise forbids
 calls              how a graded function is called (traps, recording, watched arguments) and
                    the record of the call; free-standing, the grader's worker loads it by path
@@ -29,6 +30,7 @@ It imports nothing from ``mha.grading``: the grader imports the names below.
 
 from .check import CheckResult, call_outcome, check, traps_of
 from .compare import ANSWERS, TOLERANCE, compare
+from .diagnose import ErrorHint, Explain
 from .exercise import Exercise, ExerciseFileError, check_fields
 from .forbidden import forbidden_uses
 from .instructor import DRAWS, check_exercise, load_exercises, write_student_version
@@ -39,7 +41,7 @@ from .registry import EXERCISES, LOADED, get, register, select, unregister
 from .wire import MalformedResult
 
 __all__ = ["ANSWERS", "DRAWS", "EXERCISES", "FORBIDDEN_CALL", "LOADED", "NO_KERNEL", "TOLERANCE", "Called", "Case",
-           "CheckResult", "Exercise", "ExerciseFileError", "ExerciseScore", "Kind", "MalformedResult", "Mistake", "Op",
-           "Outcome", "Status", "Verdict", "call_outcome", "check", "check_exercise", "check_fields", "compare",
+           "CheckResult", "ErrorHint", "Exercise", "ExerciseFileError", "Explain", "ExerciseScore", "Kind",
+           "MalformedResult", "Mistake", "Op", "Outcome", "Status", "Verdict", "call_outcome", "check", "check_exercise", "check_fields", "compare",
            "forbidden_uses", "get", "judge", "load_exercises", "read_record", "register", "safe_error_name", "score",
            "score_verdicts", "select", "traps_of", "unregister", "write_student_version"]

@@ -208,7 +208,12 @@ def _imported_forbidden(obj, forbidden: tuple[str, ...], notebook: str | None) -
     came in through an import the grader refuses: ``from M import name`` with M a forbidden
     module (or inside one), or with ``name`` the last part of a forbidden name. The grader
     sees that import statement in the code it keeps; here only the object is left, and its
-    module and name tell where it came from."""
+    module and name tell where it came from. A module counts by its own name: ``from
+    mha.kernels import attention as kernels`` in a notebook leaves the module
+    ``mha.kernels.attention`` (what the grader refuses in the import it keeps)."""
+    if inspect.ismodule(obj):
+        name = obj.__name__
+        return name != "mha.exercises" and any(name == f or name.startswith(f + ".") for f in forbidden)
     if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
         return False
     home = getattr(obj, "__module__", None) or ""

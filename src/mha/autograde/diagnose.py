@@ -5,15 +5,72 @@ kernel lane past the end of a tensor...). ``value_diagnosis`` compares a wrong v
 right one: the same values up to one factor, transposed, in another order, a mask wrong only on
 one diagonal... Both are words only: they are shown for hidden checks too, so they never
 quote a value. Neither may break grading: anything unexpected gives no diagnosis.
+
+An exercise's own diagnosis of an error (``Exercise.explain``) is built from :class:`ErrorHint` hints
+by :class:`Explain`: each names one slip and is shown only for the exception that slip raises,
+recognised by its type AND its text (and, where the text carries sizes, by the case's sizes),
+never for every exception of a type: a hint that names a slip the answer did not make sends
+the student to fix code that is right.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
 from .compare import TOLERANCE, compare_tensor
-from .model import Outcome
+from .model import Case, Outcome
 from .wire import Value
+
+
+@dataclass(frozen=True)
+class ErrorHint:
+    """The hint for one slip that raises: shown when the call raised one of ``types`` (a name
+    of the exception's class or of a base) with a message in which one of the regular
+    expressions ``texts`` is found, and ``when(case, match)`` (if given) holds, where ``match``
+    is that :class:`re.Match`: so a hint can ask that the sizes quoted in the message be the
+    case's own (the reversed axes of a ``.T``, the width of the keys). ``name`` says which slip
+    it is (the tests and the class report tell hints apart by it)."""
+
+    name: str
+    hint: str
+    texts: tuple[str, ...]
+    types: tuple[str, ...] = ("RuntimeError",)
+    when: Callable[[Case, re.Match], bool] | None = None
+
+    def matches(self, case: Case, outcome: Outcome) -> bool:
+        if outcome.status != "raised" or not ({outcome.error_type, *outcome.error_bases} & set(self.types)):
+            return False
+        for text in self.texts:
+            found = re.search(text, outcome.error_message)
+            if found and (self.when is None or self.when(case, found)):
+                return True
+        return False
+
+
+class Explain:
+    """An exercise's ``explain``: the first of its :class:`ErrorHint` hints that matches an error,
+    else ``values(case, outcome)`` (a diagnosis of a returned value, or of a NaN), else None.
+    ``hints`` lists the error hints, so that a test can tell which slip a hint names."""
+
+    def __init__(self, *hints: ErrorHint, values: Callable[[Case, Outcome], str | None] | None = None):
+        names = [h.name for h in hints]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two error hints share a name: {names}")
+        self.hints, self.values = hints, values
+
+    def __call__(self, case: Case, outcome: Outcome) -> str | None:
+        for h in self.hints:
+            if h.matches(case, outcome):
+                return h.hint
+        return self.values(case, outcome) if self.values is not None else None
+
+    def named(self, hint: str) -> str | None:
+        """The name of the error hint whose text is ``hint`` (None for another hint)."""
+        return next((h.name for h in self.hints if h.hint == hint), None)
 
 
 def common_diagnosis(outcome: Outcome) -> str | None:

@@ -49,6 +49,7 @@ class Problem(NamedTuple):
     shown: str = ""
     mistake: int | None = None
     kind: Kind = Kind.WRONG
+    label: str = ""  # the names of the listed mistakes the answer is (several, where one hint says each)
 
 
 def judge(ex: Exercise, case: Case, outcome: Outcome, *, reveal: bool | None = None,
@@ -63,7 +64,7 @@ def judge(ex: Exercise, case: Case, outcome: Outcome, *, reveal: bool | None = N
     if found is None:
         return Verdict(True, f"raises {case.raises}" if case.raises else "correct", hidden=case.hidden,
                        raises=case.raises is not None)
-    label = ex.mistakes[found.mistake].name if found.mistake is not None else ""
+    label = found.label or (ex.mistakes[found.mistake].name if found.mistake is not None else "")
     hint = found.hint or ""
     shown = found.shown if (reveal and found.shown) else found.problem
     if reveal and found.detail:
@@ -103,9 +104,11 @@ def find_problem(ex: Exercise, case: Case, outcome: Outcome, expected: Value | N
     expected = ex.expected(case) if expected is None else expected
     ok, problem, detail = compare(ex.answer, expected, outcome.value, ex.tolerance)
     if not ok:
-        k = named_mistake(ex, case, outcome.value, mistake_values)
-        if k is not None:
-            return Problem(problem, detail, ex.mistakes[k].hint, mistake=k)
+        ks = named_mistakes(ex, case, outcome.value, mistake_values)
+        if ks:
+            names = [ex.mistakes[k].name for k in ks]
+            return Problem(problem, detail, ex.mistakes[ks[0]].hint, mistake=ks[0],
+                           label=" or ".join(n for n in names if n) if all(names) else "")
         return Problem(problem, detail, explain(ex, case, outcome) or value_diagnosis(ex.answer, expected,
                                                                                         outcome.value))
     if ex.kernel and not outcome.launches:
@@ -153,14 +156,28 @@ def explain(ex: Exercise, case: Case, outcome: Outcome) -> str | None:
 
 
 def named_mistake(ex: Exercise, case: Case, got: Value, values: list | None = None) -> int | None:
-    """The index of the listed mistake whose answer ``got`` is (the first, where several with
-    one hint give it). None when no listed mistake gives that answer, or when mistakes with
-    different hints give it on this case (the answer then cannot tell them apart, and naming
-    one could name the wrong one)."""
+    """The index of the listed mistake whose answer ``got`` is (the first of :func:`named_mistakes`),
+    or None."""
+    found = named_mistakes(ex, case, got, values)
+    return found[0] if found else None
+
+
+def named_mistakes(ex: Exercise, case: Case, got: Value, values: list | None = None) -> list[int]:
+    """The indices of the listed mistakes whose answer ``got`` is, where they share one hint
+    (two slips that give one count on some cases can say both in one hint, and are named
+    together there: "Hint (q-reads-kdim or o-writes-kdim): ..."). Empty when no listed mistake
+    gives that answer, or when mistakes with different hints give it on this case (the answer
+    then cannot tell them apart, and naming one could name the wrong one)."""
     values = ex.mistake_values(case) if values is None else values
     found = [k for k, wrong in enumerate(values)
-             if wrong is not None and compare(ex.answer, wrong, got, ex.tolerance)[0]]
-    return found[0] if len({ex.mistakes[k].hint for k in found}) == 1 else None
+             if wrong is not None and compare(ex.answer, wrong, got, ex.tolerance / NAMING_SHARE)[0]]
+    return found if len({ex.mistakes[k].hint for k in found}) == 1 else []
+
+
+# A prediction is right within ``tolerance`` of the number; a listed slip's number is named only
+# within a quarter of it (a slip gives its number, up to rounding; a number merely near it, within
+# the tolerance, may come from another slip: 51 MiB is 1.3% from 50.3 MB, and is no unit slip).
+NAMING_SHARE = 4
 
 
 # ----------------------------------------------------------------------------- the score

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from mha.autograde import Case, Exercise, Mistake
+from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
 from mha.autograde.draw import other_than, randint, randn, returned_nan
 
 from .common import NO_MHA, NO_SOFTMAX
@@ -33,7 +33,9 @@ def _single_case(g, t, c, d, dtype=torch.float32):
 
 
 def _single_public(g):
-    return [_single_case(g, 4, 6, 3), _single_case(g, 5, 8, 8), _single_case(g, 3, 4, 2, torch.float64)]
+    # C is never d * d (with C = 4 and d = 2, sqrt(C) = d: scaling by sqrt(C) and by d give one
+    # answer, and neither mistake could be named there)
+    return [_single_case(g, 4, 6, 3), _single_case(g, 5, 8, 8), _single_case(g, 3, 6, 2, torch.float64)]
 
 
 def _single_hidden(g):
@@ -87,6 +89,9 @@ SINGLE = Exercise(
                 section="From tokens to queries, keys and values"),
         Mistake("divide by sqrt(d), not by d: the scores' spread grows like sqrt(d), the square root of the "
                 "head width", lambda x, a, b, c: _one_head(x, a, b, c, scale=float(a.shape[-1])), name="scale-by-d"),
+        Mistake("the weights average the VALUES, x @ w_v: the queries only ask, through the scores, how much of "
+                "each value to take", lambda x, a, b, c: _one_head(x, a, b, a), name="averages-the-queries",
+                section="From tokens to queries, keys and values"),
     ),
     forbidden=NO_MHA, explain=_single_explain,
 )
@@ -124,11 +129,27 @@ def _batched_hidden(g):
     return cases
 
 
-def _batched_explain(case, outcome):
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
-        return (".T on a 3-D tensor reverses all its axes, (B, T, d) -> (d, T, B); transpose only the "
-                "last two: k.transpose(-2, -1) (or k.mT)")
-    return None
+def _k_reversed(case, found):
+    """Whether the sizes an error quotes are those of q against k.T = (d, T, B): k.T on a 3-D
+    tensor reverses every axis, and the batch axis B then meets d (matmul's broadcast, or
+    bmm's "but got: [d, T]")."""
+    x, w_q = case.args[0], case.args[1]
+    B, T, d = x.shape[0], x.shape[1], w_q.shape[1]
+    sizes = tuple(int(n) for n in found.groups())
+    return sizes in ((B, d), (d, T))
+
+
+_T_ON_3D = (".T on a 3-D tensor reverses all its axes, (B, T, d) -> (d, T, B); transpose only the "
+            "last two: k.transpose(-2, -1) (or k.mT)")
+
+_batched_explain = Explain(
+    ErrorHint("t-on-3d-tensor", _T_ON_3D,
+              (r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension 0",
+               r"batch2 tensor to be: \[\d+, \d+\] but got: \[(\d+), (\d+)\]"), when=_k_reversed),
+    ErrorHint("bmm-needs-3d", "torch.bmm multiplies two batches of matrices, (B, n, m) @ (B, m, p), both 3-D: "
+              "check the number of axes of each operand (a (C, d) weight needs @, which broadcasts)",
+              (r"batch[12] must be a 3D tensor",)),
+)
 
 
 BATCHED = Exercise(
@@ -217,14 +238,31 @@ def _ss_hidden(g):
     ]
 
 
-def _ss_explain(case, outcome):
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
-        return ("scores.amax(dim=-1) drops the last axis, so it no longer lines up with the rows: keep "
-                "it with keepdim=True, giving (..., 1)")
+def _max_dropped_axis(case, found):
+    """Whether the error is the rows' maxima without their axis meeting the scores: (..., R)
+    against (..., R, K) gives "tensor a (K) must match tensor b (R)" at the last dimension."""
+    shape = case.args[0].shape
+    a, b, dim = (int(n) for n in found.groups())
+    return (a, b, dim) == (shape[-1], shape[-2], len(shape) - 1)
+
+
+def _ss_nan(case, outcome):
     if returned_nan(outcome):
         return ("exp overflows to inf (float32 beyond 88.7) or underflows to 0 for a whole row, and "
                 "inf/inf or 0/0 is NaN: subtract each row's own largest score before exp")
     return None
+
+
+_ss_explain = Explain(
+    ErrorHint("max-without-keepdim", "scores.amax(dim=-1) drops the last axis, so it no longer lines up with "
+              "the rows: keep it with keepdim=True, giving (..., 1)",
+              (r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)",),
+              when=_max_dropped_axis),
+    ErrorHint("max-returns-pair", "max(dim=...) returns a pair, (values, indices): take its .values, or use "
+              "scores.amax(dim=-1, keepdim=True), which returns the values alone",
+              (r"torch\.return_types\.max",), types=("TypeError",)),
+    values=_ss_nan,
+)
 
 
 def _global_max(s):

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from mha.autograde import Case, Exercise, Mistake
+from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
 from mha.autograde.draw import other_than, randint, randn
 
 from .common import NO_MHA
@@ -56,6 +56,8 @@ SPLIT = Exercise(
         Mistake("head i owns channels i*d to (i+1)*d - 1: view as (B, T, h, d), not (B, T, d, h)",
                 lambda x, h: x.reshape(x.shape[0], x.shape[1], x.shape[2] // h, h).permute(0, 3, 1, 2),
                 name="features-interleaved"),
+        Mistake("the view gives (B, T, h, d); transpose the T and h axes to get (B, h, T, d)",
+                lambda x, h: x.reshape(x.shape[0], x.shape[1], h, x.shape[2] // h), name="no-transpose"),
     ),
     forbidden=("mha",), explain=_split_explain, dtypes=("float16", "float32", "float64"),
 )
@@ -86,12 +88,14 @@ def _hib_hidden(g):
             for dt, nc in ((torch.float32, ()), (torch.float64, (0,)), (torch.float32, (0,)))]
 
 
-def _hib_explain(case, outcome):
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError" and (
-            case.noncontiguous or "view size is not compatible" in outcome.error_message):
-        return ("x may arrive non-contiguous (for example the transpose of a batch-first tensor), and "
-                ".view needs a contiguous layout: use .reshape, or .contiguous() before .view")
-    return None
+# torch's words when .view meets a layout it cannot reinterpret (a transposed tensor)
+VIEW_NOT_CONTIGUOUS = r"view size is not compatible with input tensor's size and stride"
+
+_hib_explain = Explain(
+    ErrorHint("view-not-contiguous", "x may arrive non-contiguous (for example the transpose of a batch-first "
+              "tensor), and .view needs a contiguous layout: use .reshape, or .contiguous() before .view",
+              (VIEW_NOT_CONTIGUOUS,)),
+)
 
 
 def _hib_wrong(order: str):
@@ -156,8 +160,10 @@ def _shapes_public(g):
 
 
 def _shapes_hidden(g):
-    h = randint(g, 2, 12)
-    h2 = randint(g, 3, 7)
+    # never 3 heads: there 3 d_h = C, and a fused projection three heads wide would pass for one
+    # C wide (the qkv-of-one slip)
+    h = other_than(g, 2, 12, (3,))
+    h2 = randint(g, 4, 7)
     return [Case((randint(g, 1, 8), randint(g, 2, 64), h * randint(g, 1, 64), h)),
             Case((randint(g, 1, 8), randint(g, 2, 64), 64 * h2, h2)),
             Case((randint(g, 1, 8), randint(g, 2, 64), h2 * randint(g, 2, 30) + 1, h2), raises="ValueError",
@@ -195,7 +201,7 @@ def weights_mib() -> float:
 
 WEIGHTS_MIB = Exercise(
     id="dims.weights_mib", title="Predict: the memory of the attention weights", lesson="03-dimension-math",
-    function="weights_mib", params=(), points=2, reference=weights_mib, answer="number", tolerance=0.1,
+    function="weights_mib", params=(), points=2, reference=weights_mib, answer="number", tolerance=0.02,
     public=lambda g: [Case((), note="GPT-2 small, one sequence of 1024 tokens, float32")], hidden=lambda g: [],
     public_seed=205,
     section="Sizes of real models",
@@ -209,6 +215,17 @@ WEIGHTS_MIB = Exercise(
                 lambda: 12 * 1024 * 1024 / 2**20, name="numbers-not-bytes"),
         Mistake("the weights are (B, h, T, T), T squared: one row of T weights per query, not one weight per "
                 "query", lambda: 12 * 1024 * 4 / 2**20, name="t-not-squared"),
+        Mistake("a MiB is 2**20 bytes (1,048,576); dividing by 10**6 gives megabytes, MB, about 5% more",
+                lambda: 12 * 1024 * 1024 * 4 / 10**6, name="megabytes"),
+        Mistake("divide the bytes by 2**20 for MiB: dividing by 2**10 gives KiB", lambda: 12 * 1024 * 1024 * 4 / 2**10,
+                name="kibibytes"),
+        Mistake("the weights are float32, 4 bytes per number; 8 bytes is float64",
+                lambda: 12 * 1024 * 1024 * 8 / 2**20, name="eight-bytes"),
+        Mistake("the question is about ONE attention layer, the one asked for its weights: GPT-2 small's 12 layers "
+                "each return their own", lambda: 12 * 12 * 1024 * 1024 * 4 / 2**20, name="all-layers"),
+        Mistake("that is 8 times the size: a float32 number takes 4 bytes (32 bits: count bytes, not bits), and the "
+                "question is about one sequence, not a batch", lambda: 12 * 1024 * 1024 * 32 / 2**20,
+                name="bits-or-batch-of-8"),
     ),
     forbidden=("mha",), dtypes=(),
 )
@@ -229,7 +246,7 @@ def multi_query_head(x, w_q, w_k, w_v, w_o, num_heads):
 
 
 def _mqa_variant(x, w_q, w_k, w_v, w_o, h, *, split="right", merge="right", scale=None, project=True, dim=-1,
-                 w_o_t=False):
+                 w_o_t=False, after=False):
     B, T, C = x.shape
     d = C // h
     q = x @ w_q
@@ -240,8 +257,16 @@ def _mqa_variant(x, w_q, w_k, w_v, w_o, h, *, split="right", merge="right", scal
     else:
         q = q.reshape(B, h, T, d)
     k, v = (x @ w_k)[:, None], (x @ w_v)[:, None]
-    out = torch.softmax(q @ k.transpose(-2, -1) / (scale or math.sqrt(d)), dim=dim) @ v
-    out = out.transpose(1, 2).reshape(B, T, C) if merge == "right" else out.reshape(B, T, C)
+    if after:   # the weights divided after the softmax
+        out = torch.softmax(q @ k.transpose(-2, -1), dim=dim) / math.sqrt(d) @ v
+    else:
+        out = torch.softmax(q @ k.transpose(-2, -1) / (scale or math.sqrt(d)), dim=dim) @ v
+    if merge == "right":
+        out = out.transpose(1, 2).reshape(B, T, C)
+    elif merge == "interleaved":                               # (B, T, d, h): head i at every h-th feature
+        out = out.permute(0, 2, 3, 1).reshape(B, T, C)
+    else:
+        out = out.reshape(B, T, C)
     return out @ (w_o.T if w_o_t else w_o) if project else out
 
 
@@ -266,11 +291,21 @@ def _mqa_hidden(g):
     return cases
 
 
-def _mqa_explain(case, outcome):
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
-        return ("w_k and w_v have only d = C // num_heads columns: the keys and values form ONE head "
-                "(B, 1, T, d) that every query head reads; do not split them into heads")
-    return None
+def _keys_split(case, found):
+    """Whether the tensor a reshape could not split is as large as the keys (B, T, d): the
+    keys or values viewed as num_heads heads of d features."""
+    x, w_k = case.args[0], case.args[2]
+    return int(found.group(1)) == x.shape[0] * x.shape[1] * w_k.shape[1]
+
+
+_mqa_explain = Explain(
+    ErrorHint("kv-split-into-heads", "w_k and w_v have only d = C // num_heads columns: the keys and values form "
+              "ONE head (B, 1, T, d) that every query head reads; do not split them into heads",
+              (r"shape '\[[\d, -]+\]' is invalid for input of size (\d+)",), when=_keys_split),
+    ErrorHint("view-after-transpose", "after the transpose back to (B, T, h, d) the heads' outputs are not "
+              "contiguous, and .view cannot merge them: use .reshape(B, T, C) (or .contiguous().view)",
+              (VIEW_NOT_CONTIGUOUS,)),
+)
 
 
 MULTI_QUERY = Exercise(
@@ -298,9 +333,17 @@ MULTI_QUERY = Exercise(
         Mistake("the softmax runs over the keys, the last dimension: the scores are (B, h, T, T) and "
                 "dim=-2 normalises over the queries", lambda *a: _mqa_variant(*a, dim=-2),
                 name="softmax-over-queries"),
+        Mistake("the softmax runs over the keys, the last dimension: the scores are (B, h, T, T) and dim=1 "
+                "normalises across the heads", lambda *a: _mqa_variant(*a, dim=1), name="softmax-over-heads"),
         Mistake("head i owns the features i * d .. (i + 1) * d - 1: view the queries as (B, T, h, d), not "
                 "(B, T, d, h), which gives head i every h-th feature", lambda *a: _mqa_variant(*a, split="interleaved"),
                 name="heads-interleaved"),
+        Mistake("merge the heads back as they were split: head i's d outputs are the features i * d .. (i + 1) * d "
+                "- 1, so transpose (B, h, T, d) to (B, T, h, d) and reshape; (B, T, d, h) interleaves the heads",
+                lambda *a: _mqa_variant(*a, merge="interleaved"), name="merge-interleaved"),
+        Mistake("scale the scores before the softmax: dividing the weights after it leaves rows that no longer sum "
+                "to 1", lambda *a: _mqa_variant(*a, after=True), name="scale-after-softmax",
+                section="01-one-head: Why divide by $\\sqrt{d_h}$?"),
     ),
     forbidden=NO_MHA, explain=_mqa_explain,
 )

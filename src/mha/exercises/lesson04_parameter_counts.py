@@ -3,6 +3,8 @@ heads a memory budget allows."""
 
 from __future__ import annotations
 
+import torch
+
 from mha.autograde import Case, Exercise, Mistake
 from mha.autograde.draw import randint, separating
 
@@ -62,34 +64,42 @@ def cross_gqa_params(embed_dim: int, num_heads: int, num_kv_heads: int, kdim: in
 def _cross_gqa_public(g):
     return [Case((8, 4, 2, 6, False), note="a decoder of width 8 reads an encoder of width 6"),
             Case((4096, 32, 8, 1024, False), note="a wide decoder, 8 key/value heads, a narrower encoder"),
-            Case((512, 8, 2, 768, True), note="a wider encoder, with biases")]
+            Case((1024, 16, 4, 768, True), note="a narrower encoder, with biases")]
 
 
 def _cross_gqa_hidden(g):
     # h = groups * per with 2 to 4 key/value heads shared by 2 to 4 query heads each, so that
-    # g * d_h differs from C; kdim differs from C, from g * d_h, from h * g * d_h and from
-    # C * h / g, so that every listed mistake changes the count, each differently.
+    # g * d_h differs from C; kdim differs from C, from g * d_h, from h * g * d_h, from C * h / g,
+    # from 2 C - g * d_h and from C + 2 g * d_h (where the biases counted twice give the count of
+    # K and V biases kdim wide), so that every listed mistake changes the count, each differently.
     def draw(b):
         groups, per = randint(g, 2, 4), randint(g, 2, 4)
         h = groups * per
         d = randint(g, 2, 32)
         C, kv = h * d, groups * d
         kdim = randint(g, 8, 4 * C)
-        while kdim in (C, kv, h * kv, C * per, 2 * C - kv):
+        while kdim in (C, kv, h * kv, C * per, 2 * C - kv, C + 2 * kv, 2 * kv):
             kdim += 1
         return Case((C, h, groups, kdim, b))
     # the first case redrawn until every listed mistake gives a count of its own there
     return [separating(lambda: draw(True), CROSS_GQA_PARAMS), draw(False), draw(bool(randint(g, 0, 1)))]
 
 
-def _cross_gqa(C, h, g, kdim, b, *, kv_in=None, kv_out=None, q_in=None, o_small=False, kv_bias=None, bias=True):
+def _cross_gqa(C, h, g, kdim, b, *, kv_in=None, kv_out=None, q_in=None, o_small=False, o_out=None, kv_bias=None,
+               bias=True, twice=False):
     kv = g * (C // h) if kv_out is None else kv_out
     kv_in = kdim if kv_in is None else kv_in
     q_in = C if q_in is None else q_in
-    weights = C * q_in + (C * kv if o_small else C * C) + 2 * kv_in * kv
+    o_out = C if o_out is None else o_out
+    weights = C * q_in + (o_out * kv if o_small else o_out * C) + 2 * kv_in * kv
     kv_b = kv if kv_bias is None else kv_bias
-    return weights + ((2 * C + 2 * kv_b) if (b and bias) else 0)
+    biases = (C + o_out + 2 * kv_b) if (b and bias) else 0
+    return weights + biases * (2 if twice else 1)
 
+
+# Two slips give one count without biases (C x kdim, in W_Q or in W_O): one hint says both.
+_DECODER_SIDE = ("the queries come from the decoder and the output goes back to it: W_Q reads embed_dim features "
+                 "and W_O writes embed_dim features, whatever kdim is; only W_K and W_V read the encoder's kdim")
 
 CROSS_GQA_PARAMS = Exercise(
     id="params.cross_gqa_params", title="Parameters of grouped-query cross-attention", lesson="04-parameter-counts",
@@ -100,8 +110,9 @@ CROSS_GQA_PARAMS = Exercise(
         Mistake("the keys and values are made from the ENCODER's vectors: W_K and W_V read kdim features, "
                 "not embed_dim", lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_in=C), name="kv-read-embed-dim",
                 section="07-cross-attention: Inside cross-attention: `kdim` and `vdim`"),
-        Mistake("the queries come from the decoder: W_Q reads embed_dim features, whatever kdim is",
-                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, q_in=k), name="q-reads-kdim",
+        Mistake(_DECODER_SIDE, lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, q_in=k), name="q-reads-kdim",
+                section="07-cross-attention: Inside cross-attention: `kdim` and `vdim`"),
+        Mistake(_DECODER_SIDE, lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, o_out=k), name="o-writes-kdim",
                 section="07-cross-attention: Inside cross-attention: `kdim` and `vdim`"),
         Mistake("with grouped-query attention W_K and W_V make only the num_kv_heads key/value heads, "
                 "num_kv_heads * d_h features, not embed_dim",
@@ -127,6 +138,12 @@ CROSS_GQA_PARAMS = Exercise(
         Mistake("each projection has its own bias, one entry per output feature: C + 2 * num_kv_heads * d_h + C "
                 "in all, not one vector of C for the layer",
                 lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, bias=False) + (C if b else 0), name="one-bias-vector"),
+        Mistake("count each bias once: a projection of in features to out features has in x out weights and out "
+                "biases, (in + 1) x out in all; adding the biases again on their own counts them twice",
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, twice=True), name="biases-twice"),
+        Mistake("there are num_kv_heads key/value heads, each d_h wide: W_K and W_V make num_kv_heads * d_h features, "
+                "not (num_heads // num_kv_heads) * d_h (that is how many query heads share each of them)",
+                lambda C, h, g, k, b: _cross_gqa(C, h, g, k, b, kv_out=(h // g) * (C // h)), name="group-size-for-groups"),
     ),
     forbidden=("mha",), dtypes=(),
 )
@@ -151,8 +168,9 @@ def _mkv_public(g):
     llama = (80, 64, 128, 4096, 8, 2)                       # Llama-2-70B's shape, 8 sequences, 16-bit
     return [Case((40 * 2 ** 30, *llama), note="40 GiB for 8 sequences of 4096 tokens"),
             Case((3 * 327_680 + 1000, 5, 32, 64, 512, 1, 1), note="5 layers, one byte per number"),
-            Case((15 * 2 ** 19, 1, 24, 64, 1024, 2, 4), note="1 layer, float32, 24 query heads"),
-            Case((200, 1, 8, 64, 4, 1, 2), note="not even one K/V head fits")]
+            Case((45 * 2 ** 18, 1, 48, 64, 1024, 3, 4), note="1 layer, float32, 48 query heads, a batch of 3"),
+            Case((200, 1, 8, 64, 4, 1, 2), note="not even one K/V head fits"),
+            Case((3 * 2 ** 20, 16, 64, 32, 64, 8, 4), note="16 layers, 8 sequences of 64 tokens, head_dim 32")]
 
 
 def _mkv_hidden(g):
@@ -184,9 +202,15 @@ def _mkv_hidden(g):
     L, d, T, B, e = randint(g, 1, 40), 16 * randint(g, 1, 8), randint(g, 1, 8192), randint(g, 1, 16), randint(g, 1, 4)
     unit = _kv_unit(L, d, T, B, e)
     cases.append(Case((unit * t + randint(g, 1, unit - 1), L, h, d, T, B, e)))
-    # Case 6: not even one key/value head fits, not even in a count that forgets the 2, the layers
-    # or the bytes (so that only "never zero" answers 1 there).
-    cases.append(Case((randint(g, 0, unit // (2 * L * e) - 1), L, h, d, T, B, e)))
+    # Case 6: not even one key/value head fits, not even in a count that forgets one factor of a
+    # head's cache (so that only "never zero" answers 1 there).
+    cases.append(Case((randint(g, 0, unit // max(2, L, d, T, B, e) - 1), L, h, d, T, B, e)))
+    # Case 7: 64 heads, room for r heads with 1 < r < 2, and the factors of a head's cache 2, 4 (the
+    # bytes) and 8, 16, 32, 64 (the batch, the layers, head_dim and seq_len, in a random order): a
+    # count that forgets one factor f finds room for f r heads, the power of two f, each its own.
+    B, L, d, T = (int(i) for i in torch.tensor([8, 16, 32, 64])[torch.randperm(4, generator=g)])
+    unit = _kv_unit(L, d, T, B, 4)
+    cases.append(Case((unit + randint(g, 1, unit - 1), L, 64, d, T, B, 4)))
     return cases
 
 
@@ -217,6 +241,12 @@ MAX_KV_HEADS = Exercise(
         Mistake("count bytes, not elements: multiply by bytes_per_element",
                 lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * L * d * T * B),
                 name="elements-not-bytes"),
+        Mistake("every sequence of the batch has its own cache: multiply by batch",
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * L * d * T * e), name="no-batch"),
+        Mistake("a K/V head caches a vector of head_dim numbers per token: multiply by head_dim",
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * L * T * B * e), name="no-head-dim"),
+        Mistake("the cache holds every token of the sequence: multiply by seq_len",
+                lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, unit=2 * L * d * B * e), name="no-seq-len"),
         Mistake("a cache of exactly memory_bytes fits: compare with <=, not <",
                 lambda M, L, h, d, T, B, e: _mkv(M, L, h, d, T, B, e, strict=True), name="strict-less"),
         Mistake("any divisor of num_heads is a valid number of key/value heads, 3, 6 or 12 too, not only the "

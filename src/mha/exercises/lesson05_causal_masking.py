@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from mha.autograde import Case, Exercise, Mistake
+from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
 from mha.autograde.draw import randint, randn, returned_nan
 
 
@@ -117,14 +117,19 @@ def _ms_hidden(g):
     ]
 
 
-def _ms_explain(case, outcome):
-    if outcome.status == "raised" and "overflow" in outcome.error_message.lower():
-        return ("-1e9 does not fit in float16 (its largest value is 65504): fill with "
-                "float('-inf') and turn the NaN of empty rows into zeros")
+def _ms_nan(case, outcome):
     if returned_nan(outcome):
         return ("a row where every key is masked is all -inf, and softmax of it is 0/0 = NaN: "
                 "return zeros for such rows")
     return None
+
+
+_ms_explain = Explain(
+    ErrorHint("fill-overflows-float16", "-1e9 (or any fill beyond float16's largest value, 65504) does not fit "
+              "in float16: fill with float('-inf') and turn the NaN of empty rows into zeros",
+              (r"(?i)overflow",), types=("RuntimeError", "OverflowError")),
+    values=_ms_nan,
+)
 
 
 MASKED_SOFTMAX = Exercise(
@@ -215,6 +220,10 @@ DECODER = Exercise(
                               & (torch.arange(t)[None, :] < l[:, None])[:, None, :])[:, None], name="no-diagonal"),
         Mistake("the real tokens of sequence b are the positions 0 .. lengths[b] - 1, all of them: j < lengths[b], "
                 "not j < lengths[b] - 1", lambda l, t: decoder_mask(l - 1, t), name="length-minus-one"),
+        Mistake("a query sees the keys on and BELOW the diagonal, j <= i (tril), the past; on and above it (triu, "
+                "j >= i) is the future", lambda l, t: (torch.ones(t, t, dtype=torch.bool).triu()[None]
+                                                       & (torch.arange(t)[None, :] < l[:, None])[:, None, :])[:, None],
+                name="upper-triangle"),
     ),
     forbidden=("mha",), explain=_dm_explain, dtypes=(),
 )

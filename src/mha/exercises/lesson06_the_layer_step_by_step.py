@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from mha.autograde import Case, Exercise, Mistake
+from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
 from mha.autograde.draw import randint, randn
 
 
@@ -145,17 +145,31 @@ def _gqa_qkv_wrong(kind: str):
     return wrong
 
 
-def _gqa_qkv_explain(case, outcome):
+def _third(case, found):
+    """Whether the part a reshape could not split is a third of the fused projection (chunk(3)
+    or split(width // 3)): the slip of three equal parts."""
+    qkv = case.args[0]
+    B, T, width = qkv.shape
+    size = int(found.group(1))
+    return size % (B * T) == 0 and size // (B * T) in (width // 3, -(-width // 3))
+
+
+def _gqa_qkv_values(case, outcome):
     qkv, h, groups = case.args
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError" and "shape" in outcome.error_message:
-        return ("the fused projection is h + 2 g heads of width d wide, not three equal parts: d = width // "
-                "(h + 2 g), and the queries take h * d features, the keys and the values g * d each")
     if outcome.status == "value" and outcome.value.kind in ("tuple", "list") and outcome.value.length == 3:
         k = outcome.value.data[1]
         if k.kind == "tensor" and k.data.ndim == 4 and k.data.shape[1] == h and h != groups:
             return ("return the g key and value heads as they are, (B, g, T, d); sharing them among the "
                     "query heads is attention's job, not the split's")
     return None
+
+
+_gqa_qkv_explain = Explain(
+    ErrorHint("three-equal-parts", "the fused projection is h + 2 g heads of width d wide, not three equal "
+              "parts: d = width // (h + 2 g), and the queries take h * d features, the keys and the values "
+              "g * d each", (r"shape '\[[\d, -]+\]' is invalid for input of size (\d+)",), when=_third),
+    values=_gqa_qkv_values,
+)
 
 
 SPLIT_QKV_GQA = Exercise(
@@ -322,7 +336,7 @@ def dropout_row_spread() -> float:
 DROPOUT_SPREAD = Exercise(
     id="layer.dropout_row_spread", title="Predict: how much dropout shakes a row", lesson=LESSON,
     function="dropout_row_spread", params=(), points=2, reference=dropout_row_spread, answer="number",
-    tolerance=0.05, public=lambda g: [Case((), note="16 weights of 1/16, p = 0.2")], hidden=lambda g: [],
+    tolerance=0.02, public=lambda g: [Case((), note="16 weights of 1/16, p = 0.2")], hidden=lambda g: [],
     public_seed=606,
     section="Attention dropout",
     mistakes=(
@@ -339,6 +353,16 @@ DROPOUT_SPREAD = Exercise(
         Mistake("that is the spread of the NUMBER of surviving weights, sqrt(n p (1 - p)); the sum of the "
                 "weights, each 1/16 and divided by 1 - p, spreads much less",
                 lambda: math.sqrt(16 * 0.2 * 0.8), name="count-of-survivors"),
+        # With w = 1/16 = (p / (1 - p))^2 these two slips give the same number: one hint says both.
+        Mistake("two slips give this number, here: p and 1 - p swapped (p is the probability of being DROPPED, "
+                "so the rescaling divides by 1 - p), or the weight not squared (scaling a number by w scales its "
+                "variance by w^2: Var(w m / (1 - p)) = w^2 Var(m) / (1 - p)^2)",
+                lambda: math.sqrt(16 * (1 / 16) ** 2 * 0.8 / 0.2), name="p-swap-or-w-unsquared"),
+        Mistake("the rescaling by 1 / (1 - p) scales the variance by its square, 1 / (1 - p)^2: with Var(m) = "
+                "p (1 - p) one weight's variance is w^2 p / (1 - p), not w^2 p",
+                lambda: math.sqrt(16 * (1 / 16) ** 2 * 0.2), name="rescaled-once"),
+        Mistake("the question is about the row's SUM, the total weight, not its mean: the sum of 16 terms spreads "
+                "16 times more than their mean", lambda: dropout_row_spread() / 16, name="mean-not-sum"),
     ),
     forbidden=("mha",), dtypes=(),
 )

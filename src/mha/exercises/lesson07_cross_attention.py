@@ -299,9 +299,14 @@ def alignment_accuracy(weights: torch.Tensor, ideal: torch.Tensor, tgt_lengths: 
 
 
 def _planted(g, B, h, Tq, Tk, ideal, dtype, sharp=4.0):
-    """Weights whose rows peak at key ideal[i] in head 0, and random rows in the other heads."""
+    """Weights whose rows peak at key ideal[i] in head 0, in head 1 for the odd queries only (a
+    fraction strictly between 0 and 1, which no slip that floors or rounds keeps), and random
+    rows in the other heads."""
     scores = randn(g, B, h, Tq, Tk, dtype=torch.float64)
     scores[:, 0, torch.arange(Tq), ideal] += sharp
+    if h > 1:
+        odd = torch.arange(1, Tq, 2)
+        scores[:, 1, odd, ideal[odd]] += sharp
     return torch.softmax(scores, dim=-1).to(dtype)
 
 
@@ -353,7 +358,7 @@ def _align_wrong(kind):
         Tq = w.shape[-2]
         best = w.argmax(dim=-2 if kind == "over-queries" else -1)
         hits = best == ideal                                                   # (B, h, Tq)
-        real = torch.arange(Tq)[None, :] < (lengths + (1 if kind == "inclusive" else 0))[:, None]
+        real = torch.arange(Tq)[None, :] < (lengths + {"inclusive": 1, "minus-one": -1}.get(kind, 0))[:, None]
         if kind == "mass":                                                     # mean weight on the ideal key
             on_ideal = w[:, :, torch.arange(Tq), ideal]                            # (B, h, Tq)
             return (on_ideal * real[:, None, :]).sum(dim=(0, 2)) / real.sum().to(w.dtype)
@@ -371,6 +376,8 @@ def _align_wrong(kind):
             return counted.sum(dim=(0, 2))
         if kind == "one-number":
             return counted.sum() / (real.sum() * w.shape[1]).to(w.dtype)
+        if kind == "floor":                                                    # hits // pairs: 0, or 1
+            return (counted.sum(dim=(0, 2)) // real.sum()).to(w.dtype)
         return counted.sum(dim=(0, 2)) / real.sum().to(w.dtype)
     return wrong
 
@@ -392,6 +399,8 @@ ALIGNMENT = Exercise(
                 name="mean-of-sequences"),
         Mistake("sequence b has the real queries 0 .. tgt_lengths[b] - 1: i < tgt_lengths[b], not <=",
                 _align_wrong("inclusive"), name="length-inclusive"),
+        Mistake("sequence b has the real queries 0 .. tgt_lengths[b] - 1, all of them: i < tgt_lengths[b], not "
+                "i < tgt_lengths[b] - 1", _align_wrong("minus-one"), name="length-minus-one"),
         Mistake("take the argmax over the keys, the last axis: for each query, the source position "
                 "with the largest weight", _align_wrong("over-queries"), name="argmax-over-queries"),
         Mistake("one score per head: pool the sequences and the queries (dims 0 and 2), not the heads",
@@ -403,6 +412,8 @@ ALIGNMENT = Exercise(
                 name="weight-not-argmax"),
         Mistake("pool every sequence of the batch, not only the first one", _align_wrong("first-sequence"),
                 name="first-sequence-only"),
+        Mistake("the fraction is a division of numbers, hits / pairs: integer division (//) floors it to 0, "
+                "or to 1 when every pair is a hit", _align_wrong("floor"), name="integer-division"),
     ),
     forbidden=("mha",),
 )

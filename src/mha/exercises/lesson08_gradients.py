@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from mha.autograde import Case, Exercise, Mistake
+from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
 from mha.autograde.draw import randint, randn
 
 
@@ -174,6 +174,8 @@ def _sg_wrong(kind):
             return (dS * R).sum() / scale
         if kind == "dp":
             return (dP * R).sum()
+        if kind == "unscaled-softmax":                     # P = softmax(R): the forward without its scale
+            return (_head(q, k, v, grad_out, 1.0)[3] * R).sum()
         return dS * R
     return wrong
 
@@ -197,6 +199,9 @@ SCALE_GRAD = Exercise(
                 "by the scale", _sg_wrong("divided"), name="divided-by-scale"),
         Mistake("dP is the gradient of the weights, not of the scores: pass it through the softmax first, "
                 "dS = P * (dP - rowsum(dP * P)), then sum dS * R", _sg_wrong("dp"), name="stopped-at-dp"),
+        Mistake("the weights are P = softmax(scale * q k^T): the forward that dS passes back through has the "
+                "scale in it; softmax(q k^T) is the layer at scale 1", _sg_wrong("unscaled-softmax"),
+                name="softmax-without-scale"),
     ),
     forbidden=NO_AUTOGRAD,
 )
@@ -252,11 +257,18 @@ def _lb_wrong(kind):
     return wrong
 
 
-def _lb_explain(case, outcome):
-    if outcome.status == "raised" and outcome.error_type == "RuntimeError":
-        return ("y = x w^T, so dL/dx = grad_y @ w: (B, T, n_out) @ (n_out, n_in); grad_y @ w.T only "
-                "runs when n_in == n_out")
-    return None
+def _times_w_t(case, found):
+    """Whether the product that failed is grad_y (B T, n_out) against w.T (n_in, n_out)."""
+    x, w = case.args[0], case.args[1]
+    n_out, n_in = w.shape
+    return tuple(int(n) for n in found.groups()) == (x.shape[0] * x.shape[1], n_out, n_in, n_out)
+
+
+_lb_explain = Explain(
+    ErrorHint("dx-w-transposed", "y = x w^T, so dL/dx = grad_y @ w: (B, T, n_out) @ (n_out, n_in); grad_y @ w.T "
+              "only runs when n_in == n_out", (r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)",),
+              when=_times_w_t),
+)
 
 
 LINEAR_BACKWARD = Exercise(

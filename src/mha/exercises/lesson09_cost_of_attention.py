@@ -25,7 +25,7 @@ def cross_layer_flops(batch: int, tgt_len: int, src_len: int, embed_dim: int, nu
 
 def _cross_flops_public(g):
     return [Case((1, 4, 6, 12, 3), note="4 target positions read 6 source positions"),
-            Case((3, 256, 512, 512, 8), note="a batch of 3, a source twice as long as the target"),
+            Case((3, 320, 640, 512, 8), note="a batch of 3, a source twice as long as the target"),
             Case((1, 1024, 300, 768, 12), note="a long target, a short source")]
 
 
@@ -306,34 +306,48 @@ SLOPE = Exercise(
 
 def flop_growth() -> float:
     """By what factor do the forward FLOPs of one self-attention layer (C = 512, h = 8, batch 1,
-    no biases) grow when the sequence grows from T = 512 to T = 2048?"""
-    def flops(T, C=512):
-        return 8 * T * C * C + 4 * T * T * C          # four projections, then Q K^T and weights @ V
-    return flops(2048) / flops(512)
+    no biases) grow when the sequence grows from T = 512 to T = 4096?"""
+    return flop_growth_at(4096)
+
+
+def flop_growth_at(T2: int, T1: int = 512, C: int = 512, *, projections: int = 8, core: int = 4,
+                   core_width: int | None = None) -> float:
+    """The growth of the count from T1 to T2: ``projections`` T C^2 for the projections (8: four
+    of them, a multiply-add counting 2) and ``core`` T^2 x ``core_width`` (C) for Q K^T and
+    weights @ V; the listed slips change one part."""
+    width = C if core_width is None else core_width
+
+    def flops(T):
+        return projections * T * C * C + core * T * T * width
+    return flops(T2) / flops(T1)
 
 
 FLOP_GROWTH = Exercise(
     id="cost.flop_growth", title="Predict: how the count grows", lesson="09-cost-of-attention",
     function="flop_growth", params=(), points=2, reference=flop_growth, answer="number", tolerance=0.05,
-    public=lambda g: [Case((), note="T from 512 to 2048 at C = 512")], hidden=lambda g: [], public_seed=906,
+    public=lambda g: [Case((), note="T from 512 to 4096 at C = 512")], hidden=lambda g: [], public_seed=906,
     section="When does the $T^2$ part take over?",
     mistakes=(
-        Mistake("4 is how the projections grow, linearly in T; the T^2 part grows 16 times, so the layer "
-                "grows faster than that", lambda: 4.0, name="linear"),
-        Mistake("16 is how the T^2 part grows; the projections grow only 4 times, and at T = 512 they are "
-                "two thirds of the count", lambda: 16.0, name="quadratic"),
+        Mistake("8 is how the projections grow, linearly in T; the T^2 part grows 64 times, so the layer "
+                "grows faster than that", lambda: 8.0, name="linear"),
+        Mistake("64 is how the T^2 part grows; the projections grow only 8 times, and at T = 512 they are "
+                "two thirds of the count", lambda: 64.0, name="quadratic"),
         Mistake("the two parts do not weigh the same: at T = 512 the projections, 8 T C^2, are twice the T^2 "
-                "part, 4 T^2 C; weigh each growth by its share of the count", lambda: 10.0, name="plain-average"),
-        Mistake("the sequence grows 4 times, from 512 to 2048, not 2 times", lambda: flop_growth_at(1024),
-                name="doubled-only"),
+                "part, 4 T^2 C; weigh each growth by its share of the count", lambda: 36.0, name="plain-average"),
+        Mistake("the growth is not the geometric mean of the two parts' growths: weigh each part's growth by "
+                "its share of the count at T = 512 (the projections, 8 T C^2, are two thirds of it there)",
+                lambda: math.sqrt(8.0 * 64.0), name="geometric-mean"),
+        Mistake("there are four projections, W_Q, W_K, W_V and the output projection W_O: 8 T C^2 in all, "
+                "not 6 T C^2", lambda: flop_growth_at(4096, projections=6), name="no-output-proj"),
+        Mistake("the T^2 part has two products, Q K^T and weights @ V, 2 T^2 C each: 4 T^2 C",
+                lambda: flop_growth_at(4096, core=2), name="one-t2-product"),
+        Mistake("every head has its own T x T scores: the h heads together cost 4 T^2 C, not the 4 T^2 d_h of "
+                "one head", lambda: flop_growth_at(4096, core_width=512 // 8), name="one-head-t2"),
+        Mistake("the factor asked for is the count at T = 4096 divided by the count at T = 512: a growth, "
+                "larger than 1", lambda: 1 / flop_growth(), name="upside-down"),
     ),
     forbidden=("mha",), dtypes=(),
 )
-
-
-def flop_growth_at(T2: int, T1: int = 512, C: int = 512) -> float:
-    """The growth of the count from T1 to T2 (for the listed slip that takes T2 = 1024)."""
-    return (8 * T2 * C * C + 4 * T2 * T2 * C) / (8 * T1 * C * C + 4 * T1 * T1 * C)
 
 
 EXERCISES = (CROSS_FLOPS, CROSSOVER, BACKWARD_FLOPS, SLOPE, FLOP_GROWTH)

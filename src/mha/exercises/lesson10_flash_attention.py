@@ -292,7 +292,8 @@ def wasted_scores(q_len: int, k_len: int, block_size: int) -> int:
     return computed - allowed
 
 
-def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0, subtract=True, first_row=False):
+def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0, subtract=True, first_row=False,
+                full_keys=False):
     off = tk - tq if offset is None else offset
     computed = 0
     for i0 in range(0, tq, b):
@@ -302,9 +303,16 @@ def _ws_general(tq, tk, b, *, offset=None, skip=True, full=False, extra_block=0,
         last_key = min(deciding + off, tk - 1) if skip else tk - 1
         if last_key >= 0:
             blocks = last_key // b + 1 + extra_block
-            computed += rows * (blocks * b if full else min(blocks * b, tk))
+            computed += rows * (blocks * b if full or full_keys else min(blocks * b, tk))
     allowed = sum(max(0, min(i + off + 1, tk)) for i in range(tq))
     return computed - allowed if subtract else computed
+
+
+def _ws_per_row(tq, tk, b):
+    """Each query row computing only the key blocks up to its own last key."""
+    off = tk - tq
+    last = [min(i + off, tk - 1) for i in range(tq)]
+    return sum(min((k // b + 1) * b, tk) - (k + 1) for k in last if k >= 0)
 
 
 def _ws_public(g):
@@ -313,11 +321,15 @@ def _ws_public(g):
 
 
 def _ws_hidden(g):
-    b = randint(g, 2, 5)
+    # blocks of 3 to 8: with blocks of 2 the counts are a few units, and an unlisted slip gives a
+    # listed one's count by chance
+    b = randint(g, 3, 8)
     n = randint(g, 2, 5)
     cases = [Case((n * b + randint(g, 1, b - 1), n * b + randint(g, 1, b - 1), b)),       # partial last blocks
              Case((b, randint(g, 3, 6) * b + randint(g, 1, b - 1), b)),                    # one query block
-             Case((randint(g, 3, 6) * b, randint(g, 1, 2) * b, b))]                      # more queries than keys
+             # more queries than keys, 4 to 6 blocks against 1 or 2 (at 3 against 2, the allowed entries
+             # counted top-left give the count of one key block short)
+             Case((randint(g, 4, 6) * b, randint(g, 1, 2) * b, b))]
     # Fewer queries than keys, the diagonal inside the tiles; redrawn until the top-left mask
     # counts differently (by chance it can give the same number), and until deciding a block's
     # key blocks from its first query differs from counting one key block short (they agree on
@@ -330,6 +342,11 @@ def _ws_hidden(g):
             break
     return cases + [Case((tq, tk, b))]
 
+
+# Tiles counted whole, in both directions or along the keys only (the same count where the last
+# block of queries is whole): one hint says both.
+_SHORT_BLOCKS = ("the last block of queries and of keys may be shorter than block_size: a tile holds "
+                 "(its query rows) x (its key columns) scores")
 
 WASTED = Exercise(
     id="flash.wasted_scores", title="Scores computed for nothing", lesson="10-flash-attention",
@@ -346,15 +363,16 @@ WASTED = Exercise(
         Mistake("count the key blocks 0 .. last_key // block_size: that is last_key // block_size + 1 "
                 "blocks, one more than last_key // block_size",
                 lambda tq, tk, b: _ws_general(tq, tk, b, extra_block=-1), name="one-block-short"),
-        Mistake("the last block of queries and of keys may be shorter than block_size: a tile holds "
-                "(its query rows) x (its key columns) scores", lambda tq, tk, b: _ws_general(tq, tk, b, full=True),
-                name="full-tiles"),
+        Mistake(_SHORT_BLOCKS, lambda tq, tk, b: _ws_general(tq, tk, b, full=True), name="full-tiles"),
+        Mistake(_SHORT_BLOCKS, lambda tq, tk, b: _ws_general(tq, tk, b, full_keys=True), name="full-width-key-tiles"),
         Mistake("the question is how many computed scores the mask throws away: subtract the allowed "
                 "entries from the entries of the visited tiles", lambda tq, tk, b: _ws_general(tq, tk, b, subtract=False),
                 name="computed-not-wasted"),
         Mistake("a block of queries needs every key block that its LAST query sees, the one that sees the most: "
                 "deciding from its first query skips tiles the later rows need",
                 lambda tq, tk, b: _ws_general(tq, tk, b, first_row=True), name="first-query-of-block"),
+        Mistake("a tile is computed whole: every row of a block of queries gets the scores of all the key blocks "
+                "the block's LAST row needs, not only those its own row sees", _ws_per_row, name="key-blocks-per-row"),
     ),
     forbidden=("mha",), dtypes=(),
 )

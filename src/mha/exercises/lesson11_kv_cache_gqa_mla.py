@@ -137,6 +137,13 @@ def _rope_reassembled_by_halves(x, positions, base):
     return torch.cat((x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()), dim=-1)
 
 
+def _rope_sin_cos_swapped(x, positions, base):
+    d = x.shape[-1]
+    a = positions.to(x.dtype)[:, None] * base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    x1, x2 = x[:, 0::2], x[:, 1::2]
+    return torch.stack((x1 * a.sin() - x2 * a.cos(), x1 * a.cos() + x2 * a.sin()), dim=-1).flatten(1)
+
+
 def _rope_public(g):
     return [Case((randn(g, 4, 4), torch.arange(4), 10000.0), note="positions 0..3, d = 4"),
             Case((randn(g, 3, 8, dtype=torch.float64), torch.tensor([5, 6, 7]), 100.0),
@@ -197,6 +204,11 @@ ROPE = Exercise(
         Mistake("the frequencies fall with i: theta_i = base ** (-2i / d), a negative exponent; base ** (2i / d) "
                 "makes the high pairs spin fastest", lambda x, p, b: _rope_general(x, p, b, exponent=-2.0),
                 name="exponent-sign"),
+        Mistake("rotate row t by positions[t] as given: the positions already count from where the sequence "
+                "starts (0 for its first token); adding 1 turns every row one step too far",
+                lambda x, p, b: rope_rotate(x, p + 1, b), name="positions-plus-one"),
+        Mistake("a rotation by the angle a takes (x1, x2) to (x1 cos a - x2 sin a, x1 sin a + x2 cos a): cos "
+                "multiplies each member itself, sin the other one", _rope_sin_cos_swapped, name="sin-cos-swapped"),
     ),
     forbidden=("mha",), explain=_rope_explain,
 )

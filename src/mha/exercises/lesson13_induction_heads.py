@@ -188,6 +188,9 @@ def _pm_wrong(kind):
             return weights[:, :, i, i - half + 1].mean(dim=(0, 2))
         if kind == "occurrence":                                # the earlier occurrence itself
             target = same & lower
+        elif kind == "roll":                                    # previous tokens by a roll: key 0's wraps
+            before = tokens.roll(1, dims=1)                     # tokens[j - 1], and the LAST token for j = 0
+            target = (tokens[:, :, None] == before[:, None, :]) & torch.ones(T, T, dtype=torch.bool).tril()
         else:
             target = _targets(tokens)
         if kind == "latest":                                    # only the most recent occurrence's successor
@@ -224,6 +227,9 @@ PREFIX = Exercise(
                 _pm_wrong("previous-token"), name="previous-token"),
         Mistake("the repeats are found from the tokens themselves, wherever they are: do not assume the second "
                 "half of each sequence repeats the first", _pm_wrong("half"), name="second-half-assumed"),
+        Mistake("key 0 has no previous token, so it is never a target: a roll by one wraps the LAST token into "
+                "position 0, and a query with that token then counts key 0 (shift with a slice, or leave j = 0 out)",
+                _pm_wrong("roll"), name="roll-wraps"),
     ),
     forbidden=NO_MHA,
 )
@@ -247,6 +253,14 @@ def _ablate(o, w, head, replace):
     x = o.clone()
     x[:, head] = replace(o)
     return x.transpose(1, 2).reshape(B, T, h * d) @ w.T
+
+
+def _ablate_merged(o, w, head):
+    """The right ablation, merged by a plain reshape of (B, h, T, d)."""
+    B, h, T, d = o.shape
+    x = o.clone()
+    x[:, head] = o[:, head].mean(dim=(0, 1))
+    return x.reshape(B, T, h * d) @ w.T
 
 
 def _rows_zeroed(o, w, head):
@@ -304,37 +318,66 @@ MEAN_ABLATE = Exercise(
                 name="mean-per-position"),
         Mistake("replace the head's output by its mean and keep it: zeroing the head's rows of W_O and adding "
                 "nothing back is zero-ablation", _rows_zeroed, name="rows-zeroed"),
+        Mistake("merge the heads by moving the head axis next to d_h first, (B, h, T, d_h) -> (B, T, h, d_h), then "
+                "reshaping: a plain reshape of (B, h, T, d_h) to (B, T, C) mixes positions across heads",
+                lambda o, w, head: _ablate_merged(o, w, head), name="direct-merge",
+                section="Removing heads: which ones matter?"),
+        Mistake("mean-ablation REPLACES the head's output by its mean; subtracting the mean keeps the output's "
+                "variation, which carries what the head says about each input",
+                lambda o, w, head: _ablate(o, w, head, lambda o: o[:, head] - o[:, head].mean(dim=(0, 1))),
+                name="mean-subtracted"),
         Mistake("average over the whole batch, not over the first sequence's positions only",
                 lambda o, w, head: _ablate(o, w, head, lambda o: o[0, head].mean(dim=0)), name="first-sequence-mean"),
     ),
     forbidden=NO_MHA,
 )
 
-# ---------------------------------------------------------------- 4. a prediction: which head composes
+# ---------------------------------------------------------------- 4. a prediction: which pairs compose
+
+# The toy model of the statement: where each first-layer head writes, and where each second-layer
+# head reads its queries, keys and values, as blocks A to D of four features each.
+WRITES = {0: "B", 1: "CD", 2: "A", 3: "B"}
+READS = {"queries": {0: "A", 1: "B", 2: "D", 3: "B"},
+         "keys": {0: "B", 1: "C", 2: "AB", 3: "D"},
+         "values": {0: "C", 1: "AB", 2: "C", 3: "AB"}}
+
+
+def _pairs(role: str) -> int:
+    """How many (first-layer head, second-layer head) pairs compose through ``role``: the first
+    writes into a block the second reads there."""
+    return sum(bool(set(w) & set(r)) for w in WRITES.values() for r in READS[role].values())
+
 
 def composing_head() -> int:
-    """Three first-layer heads write into three blocks of the residual stream's 12 features:
-    head 0 into features 8-11, head 1 into 0-3, head 2 into 4-7. A second-layer head reads its
-    queries from features 0-3, its keys from 4-7 and its values from 8-11. With which
-    first-layer head does it K-compose?"""
-    writes = {0: range(8, 12), 1: range(0, 4), 2: range(4, 8)}
-    keys_read = range(4, 8)                      # K-composition: head a writes what the keys read
-    return next(a for a, block in writes.items() if block == keys_read)
+    """Four first-layer heads write into blocks of a residual stream of 16 features, and four
+    second-layer heads read their queries, keys and values from blocks of it (the tables of
+    the statement): how many (first-layer head, second-layer head) pairs K-compose?"""
+    return _pairs("keys")
 
 
 COMPOSING_HEAD = Exercise(
-    id="induction.composing_head", title="Predict: which head composes?", lesson="13-induction-heads",
+    id="induction.composing_head", title="Predict: how many pairs K-compose?", lesson="13-induction-heads",
     function="composing_head", params=(), points=2, reference=composing_head, answer="number", tolerance=0.0,
-    public=lambda g: [Case((), note="three first-layer heads, one second-layer head")], hidden=lambda g: [],
+    public=lambda g: [Case((), note="four first-layer heads, four second-layer heads")], hidden=lambda g: [],
     public_seed=1307,
     section="How the two heads work together: K-composition",
     mistakes=(
-        Mistake("head 1 writes into the features the QUERIES read: that is Q-composition; K-composition runs "
-                "through the keys, so look for the head that writes what W_K reads", lambda: 1,
-                name="q-composition"),
-        Mistake("head 0 writes into the features the VALUES read: that is V-composition; K-composition runs "
-                "through the keys, so look for the head that writes what W_K reads", lambda: 0,
-                name="v-composition"),
+        Mistake("that counts the pairs where the first-layer head writes what the second-layer head's QUERIES read: "
+                "Q-composition; K-composition runs through the keys, the blocks W_K reads",
+                lambda: _pairs("queries"), name="q-composition"),
+        Mistake("that counts the pairs where the first-layer head writes what the second-layer head's VALUES read: "
+                "V-composition; K-composition runs through the keys, the blocks W_K reads",
+                lambda: _pairs("values"), name="v-composition"),
+        Mistake("a pair K-composes only where the first-layer head writes into a block the second-layer head's KEYS "
+                "read; many pairs share no block there", lambda: len(WRITES) * len(READS["keys"]), name="every-pair"),
+        Mistake("that adds the pairs of all three kinds, Q-, K- and V-composition: count only those that compose "
+                "through the keys", lambda: sum(_pairs(r) for r in READS), name="all-three-kinds"),
+        Mistake("count pairs, not heads: a first-layer head whose output the keys of two second-layer heads read "
+                "makes two pairs, and a second-layer head whose keys read two heads' outputs makes two",
+                lambda: sum(any(set(w) & set(r) for r in READS["keys"].values()) for w in WRITES.values()),
+                name="heads-not-pairs"),
+        Mistake("count pairs of heads, not blocks: two first-layer heads writing into the block a key reads make two "
+                "pairs", lambda: sum(len(r) for r in READS["keys"].values()), name="blocks-not-pairs"),
     ),
     forbidden=NO_MHA, dtypes=(),
 )

@@ -483,6 +483,15 @@ def _tiles(Tq, Tk, block, *, offset=None, first_row=False, rows=None):
     return visited
 
 
+def _tiles_capped(blocks: int) -> int:
+    """The tiles visited with the key blocks of a block of rows capped at ``blocks``."""
+    total = 0
+    for i0 in range(0, 600, 64):
+        last_key = min(min(i0 + 64, 600) - 1 + 400, 999)
+        total += min(last_key // 64 + 1, blocks)
+    return total
+
+
 def tiles_visited() -> int:
     """The causal forward kernel, blocks of 64 query rows and 64 keys, on Tq = 600 queries and
     Tk = 1000 keys (bottom-right): how many tiles does it visit, masked or not?"""
@@ -506,6 +515,10 @@ TILES_VISITED = Exercise(
                 name="first-row-of-block"),
         Mistake("600 rows make ten blocks of 64, the last one of 24 rows: it is visited too",
                 lambda: _tiles(600, 1000, 64, rows=576), name="short-block-left-out"),
+        Mistake("a block of rows visits the key blocks 0 .. last_key // 64: that is last_key // 64 + 1 of them",
+                lambda: _tiles(600, 1000, 64) - 10, name="one-key-block-short"),
+        Mistake("1000 keys make 16 blocks of 64, the last one of 40 keys: a block of rows whose last row sees key "
+                "960 or beyond visits it too", lambda: _tiles_capped(15), name="last-key-block-left-out"),
     ),
     forbidden=("mha",), dtypes=(),
 )

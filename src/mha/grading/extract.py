@@ -306,7 +306,14 @@ def find_function(stmts: list[ast.stmt], name: str, params: tuple[str, ...],
     are never suggested as a misspelling of it."""
     binders = [s for s in stmts if name in _bound(s)]
     if not binders:
-        defined = sorted({s.name for s in stmts if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # a rename is suggested only for a function that could be this exercise's under another
+        # name: a close name AND the parameters the stub gives (at least half of them, in their
+        # places); a lesson's own helper with a similar name (one_head for combine_heads) is not one
+        def could_be(s) -> bool:
+            args = [a.arg for a in s.args.posonlyargs + s.args.args]
+            return len(args) == len(params) and 2 * sum(a == p for a, p in zip(args, params)) >= len(params)
+
+        defined = sorted({s.name for s in stmts if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and could_be(s)}
                          - set(taken))
         close = difflib.get_close_matches(name, defined, n=1, cutoff=0.6)
         extra = f"; found {close[0]}(...) - rename it to {name}" if close else ""
