@@ -144,6 +144,14 @@ def _rope_sin_cos_swapped(x, positions, base):
     return torch.stack((x1 * a.sin() - x2 * a.cos(), x1 * a.cos() + x2 * a.sin()), dim=-1).flatten(1)
 
 
+def _rope_members_swapped(x, positions, base):
+    """Each pair read as (x[2i+1], x[2i]): the odd member taken as the first."""
+    d = x.shape[-1]
+    a = positions.to(x.dtype)[:, None] * base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    x1, x2 = x[:, 1::2], x[:, 0::2]
+    return torch.stack((x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()), dim=-1).flatten(1)
+
+
 def _rope_public(g):
     return [Case((randn(g, 4, 4), torch.arange(4), 10000.0), note="positions 0..3, d = 4"),
             Case((randn(g, 3, 8, dtype=torch.float64), torch.tensor([5, 6, 7]), 100.0),
@@ -209,6 +217,9 @@ ROPE = Exercise(
                 lambda x, p, b: rope_rotate(x, p + 1, b), name="positions-plus-one"),
         Mistake("a rotation by the angle a takes (x1, x2) to (x1 cos a - x2 sin a, x1 sin a + x2 cos a): cos "
                 "multiplies each member itself, sin the other one", _rope_sin_cos_swapped, name="sin-cos-swapped"),
+        Mistake("the first member of pair i is x[2i], the even index, and the second x[2i + 1]: x1 = x[:, 0::2], "
+                "x2 = x[:, 1::2]; read the other way round, each pair turns the wrong way and lands swapped",
+                _rope_members_swapped, name="pair-members-swapped"),
     ),
     forbidden=("mha",), explain=_rope_explain,
 )

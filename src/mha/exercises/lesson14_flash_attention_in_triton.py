@@ -398,6 +398,57 @@ def _fix_no_rescale(q, k, v, is_causal):
     return (acc / torch.where(l == 0, torch.ones_like(l), l)).to(q.dtype)
 
 
+def _fix_mixed_bases(q, k, v, is_causal):
+    """The corrected kernel (blocks of 16) with p in base 2 (exp2 of the scores times log2 e, maxima in
+    base 2) but acc and row_sum rescaled by exp, not exp2, of the change of the base-2 maximum."""
+    Tq, Tk, d = q.shape[0], k.shape[0], q.shape[1]
+    s = (q.double() @ k.double().T) / math.sqrt(d) / math.log(2)          # base-2 scores
+    if is_causal:
+        s = s.masked_fill(torch.arange(Tk)[None, :] > torch.arange(Tq)[:, None] + Tk - Tq, NEG_INF)
+    m = torch.full((Tq, 1), NEG_INF, dtype=torch.float64)
+    l = torch.zeros(Tq, 1, dtype=torch.float64)
+    acc = torch.zeros(Tq, d, dtype=torch.float64)
+    for j0 in range(0, Tk, BUGGY_BLOCK):
+        tile = s[:, j0:j0 + BUGGY_BLOCK]
+        new = torch.maximum(m, tile.amax(dim=-1, keepdim=True))
+        new = torch.where(torch.isneginf(new), torch.zeros_like(new), new)
+        shrink = torch.exp(m - new)                                        # exp where exp2 belongs
+        l = l * shrink + torch.exp2(tile - new).sum(dim=-1, keepdim=True)
+        acc = acc * shrink + torch.exp2(tile - new) @ v.double()[j0:j0 + BUGGY_BLOCK]
+        m = new
+    return (acc / torch.where(l == 0, torch.ones_like(l), l)).to(q.dtype)
+
+
+def _fix_diagonal_block_skipped(q, k, v, is_causal):
+    """Each block of 16 queries loops over the key blocks its FIRST row sees, so its later rows lose
+    the keys of the block the diagonal enters."""
+    if not is_causal:
+        return fixed_attention(q, k, v, is_causal)
+    Tq, Tk = q.shape[0], k.shape[0]
+    first = torch.arange(Tq) // BUGGY_BLOCK * BUGGY_BLOCK                  # (Tq,): first row of each row's block
+    end = (first + 1 + Tk - Tq).clamp(0, Tk)
+    seen = -(-end // BUGGY_BLOCK) * BUGGY_BLOCK                             # keys below this are loaded
+    j, i = torch.arange(Tk)[None, :], torch.arange(Tq)[:, None]
+    return _masked_attention(q, k, v, (j <= i + Tk - Tq) & (j < seen[:, None]))
+
+
+def _fix_last_block_dropped(q, k, v, is_causal):
+    """The loop over key blocks stops at Tk // 16 * 16: the keys of a last, shorter block are never seen."""
+    n = k.shape[0] // BUGGY_BLOCK * BUGGY_BLOCK
+    j, i = torch.arange(k.shape[0])[None, :], torch.arange(q.shape[0])[:, None]
+    allowed = (j < n) & ((j <= i + k.shape[0] - q.shape[0]) if is_causal else True)
+    return _masked_attention(q, k, v, allowed)
+
+
+def _masked_attention(q, k, v, allowed):
+    """softmax(q k^T / sqrt(d)) v over the ``allowed`` keys (Tq, Tk); a row with none gives 0."""
+    s = ((q.float() @ k.float().T) / math.sqrt(q.shape[-1])).masked_fill(~allowed, NEG_INF)
+    top = s.amax(dim=-1, keepdim=True)
+    p = torch.exp(s - torch.where(torch.isneginf(top), torch.zeros_like(top), top))
+    total = p.sum(dim=-1, keepdim=True)
+    return (p @ v.float() / torch.where(total == 0, torch.ones_like(total), total)).to(q.dtype)
+
+
 def _fix_case(g, Tq, Tk, is_causal, d=16, note="", late_max=False):
     """With ``late_max`` the last 16 keys are three times as long: every row's largest scores come
     in the last key block, so the running max grows there and a missing rescale shows."""
@@ -425,13 +476,18 @@ def _fix_public(g):
 
 
 def _fix_hidden(g):
-    tk = _ragged(g, 5, 15)
+    tk, tq = _ragged(g, 5, 15), randint(g, 17, 24)
     return [_fix_case(g, randint(g, 3, 20), _ragged(g, 5, 24), False),
-            _fix_case(g, randint(g, 3, 12), randint(g, 13, 24), True, d=randint(g, 1, 2) * 16),
-            _fix_case(g, tk + randint(g, 1, 8), tk, True),
-            # more than 32 keys (one tile of 32 with no loop over key blocks misses the rest), the
-            # largest scores in the last block
-            _fix_case(g, randint(g, 17, 40), _ragged(g, 40, 64), bool(randint(g, 0, 1)), late_max=True)]
+            # two blocks of queries, the first one's diagonal in the second block of keys, which is
+            # not the last of them for the second block: the key blocks a block of queries loops over
+            # (Tk - Tq >= 2: with one key more than queries, "top-left" is "strict diagonal")
+            _fix_case(g, tq, tq + randint(g, 2, 8), True, d=randint(g, 1, 2) * 16),
+            # Tq - Tk >= 2: one row more than keys, and "top-left" (j <= i) is "offset + 1"
+            _fix_case(g, tk + randint(g, 2, 8), tk, True),
+            # more than 48 keys (one tile of 32 with no loop over key blocks misses the rest, and
+            # misses more than a loop that drops the last, shorter block), the largest scores in the
+            # last block
+            _fix_case(g, randint(g, 17, 40), _ragged(g, 49, 64), bool(randint(g, 0, 1)), late_max=True)]
 
 
 FIXED_ATTENTION = Exercise(
@@ -457,6 +513,21 @@ FIXED_ATTENTION = Exercise(
                 lambda q, k, v, c: _fix_scaled(q, k, v, c, 1.0 / q.shape[1]), name="scale-by-d"),
         Mistake("loop over every key block: one tile of the first 32 keys leaves the keys from 32 on out",
                 lambda q, k, v, c: _fix_first_keys(q, k, v, c, 32), name="one-tile-of-32-keys"),
+        Mistake("tl.exp2(x) is 2 ** x: a softmax through exp2 needs the scores in base 2, times log2(e) = 1.4427 "
+                "(fold it into the scale), or tl.exp", lambda q, k, v, c: _fix_scaled(q, k, v, c, math.log(2) /
+                                                                                      math.sqrt(q.shape[1])),
+                name="exp2-without-log2e"),
+        Mistake("one base throughout: with the maxima in base 2 (scores times log2 e) and p = exp2(...), the "
+                "rescale of acc and row_sum is exp2(m_old - m_new) too, not exp(...)", _fix_mixed_bases,
+                name="mixed-bases"),
+        Mistake("query i sees the keys j <= i + (Tk - Tq), its own diagonal included; + (Tk - Tq + 1) lets "
+                "each row see one key of its future", lambda q, k, v, c: _attention_with(
+                    q, k, v, c, shift=k.shape[0] - q.shape[0] + 1), name="offset-plus-one"),
+        Mistake("a block of queries must loop over the key blocks its LAST row sees: the limit of its first "
+                "row leaves the later rows without the block the diagonal enters", _fix_diagonal_block_skipped,
+                name="diagonal-block-skipped"),
+        Mistake("loop up to Tk, not Tk // BLOCK * BLOCK: a last, shorter block of keys must be loaded too, "
+                "with its lanes past Tk masked", _fix_last_block_dropped, name="last-block-dropped"),
     ),
     # The page's kernel as given is not a listed mistake: not causal, its answer is that of
     # "keys past Tk", and causal with Tq < Tk, that of "top-left", whose hints it then gets
