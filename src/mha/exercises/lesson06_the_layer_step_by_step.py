@@ -429,7 +429,7 @@ def _layer_public(g):
             _layer_case(g, 1, 5, 3, 4, causal=True, in_bias=False, out_bias=False, dtype=torch.float64,
                         note=f"causal, no biases, float64: {_SAME_AS_TORCH}"),
             _layer_case(g, 3, 4, 2, 3, causal=False, lengths=[4, 2, 1], in_bias=False,
-                        note=f"padding only (lengths 4, 2, 1), an input bias only: {_SAME_AS_TORCH}"),
+                        note=f"padding only (lengths 4, 2, 1), an output bias only: {_SAME_AS_TORCH}"),
             _layer_case(g, 2, 5, 4, 2, causal=True, lengths=[5, 3],
                         note=f"causal and padding (lengths 5 and 3), with biases: {_SAME_AS_TORCH}")]
 

@@ -378,12 +378,15 @@ def _gab_case(g, b, groups, per, tq, tk, d, dv, *, causal, dtype=torch.float32, 
                  randn(g, b, groups, tk, dv, dtype=dtype), randn(g, b, h, tq, dv, dtype=dtype), causal), note=note)
 
 
+_AUTOGRAD = "the expected gradients are autograd's"
+
+
 def _gab_public(g):
-    return [_gab_case(g, 1, 1, 2, 3, 3, 4, 4, causal=False, note="one key head for two query heads, no mask"),
+    return [_gab_case(g, 1, 1, 2, 3, 3, 4, 4, causal=False, note=f"one key head for two query heads, no mask; {_AUTOGRAD}"),
             _gab_case(g, 2, 2, 2, 4, 4, 2, 3, causal=True, dtype=torch.float64,
-                      note="two key heads for four query heads, causal, float64"),
+                      note=f"two key heads for four query heads, causal, float64; {_AUTOGRAD}"),
             _gab_case(g, 1, 2, 2, 2, 5, 3, 4, causal=True,
-                      note="2 queries, 5 keys, causal: the mask sits bottom-right")]
+                      note=f"2 queries, 5 keys, causal: the mask sits bottom-right; {_AUTOGRAD}")]
 
 
 def _gab_hidden(g):
