@@ -292,7 +292,8 @@ def mha_linear_modules(x, in_proj_weight, in_proj_bias, out_proj_weight, out_pro
     qkv_proj = torch.nn.Linear(C, 3 * C, bias=in_proj_bias is not None, dtype=x.dtype)
     out_proj = torch.nn.Linear(C, C, bias=out_proj_bias is not None, dtype=x.dtype)
     with torch.no_grad():
-        for module, weight, bias in ((qkv_proj, in_proj_weight, in_proj_bias), (out_proj, out_proj_weight, out_proj_bias)):
+        for module, weight, bias in ((qkv_proj, in_proj_weight, in_proj_bias),
+                                     (out_proj, out_proj_weight, out_proj_bias)):
             module.weight.copy_(weight)
             if bias is not None:
                 module.bias.copy_(bias)

@@ -361,8 +361,8 @@ def multi_head_attention(x: torch.Tensor, in_proj_weight: torch.Tensor, in_proj_
 
 
 def _layer(x, w_in, b_in, w_out, b_out, num_heads, key_mask, is_causal, *, w_in_t=True, split="roles",
-           scale_by="d", triangle="lower", inverted=False, padding_on="keys", join="and", masked="before", fill=None, dim=-1, merge="right",
-           w_out_t=True, biases=True):
+           scale_by="d", triangle="lower", inverted=False, padding_on="keys", join="and", masked="before", fill=None,
+           dim=-1, merge="right", w_out_t=True, biases=True):
     """The layer, and the slips its joins invite (the keyword arguments; the defaults are right)."""
     B, T, C = x.shape
     d = C // num_heads
@@ -381,7 +381,8 @@ def _layer(x, w_in, b_in, w_out, b_out, num_heads, key_mask, is_causal, *, w_in_
     scores = q @ k.transpose(-2, -1) / math.sqrt(d if scale_by == "d" else C)   # (B, h, T, T)
     causal = None
     if is_causal:                                                         # (T, T): key j <= query i
-        causal = torch.ones(T, T, dtype=torch.bool).tril() if triangle == "lower" else torch.ones(T, T, dtype=torch.bool).triu()
+        ones = torch.ones(T, T, dtype=torch.bool)
+        causal = ones.tril() if triangle == "lower" else ones.triu()
     padding = None
     if key_mask is not None:
         real = ~key_mask if inverted else key_mask                        # (B, T)

@@ -382,7 +382,8 @@ _AUTOGRAD = "the expected gradients are autograd's"
 
 
 def _gab_public(g):
-    return [_gab_case(g, 1, 1, 2, 3, 3, 4, 4, causal=False, note=f"one key head for two query heads, no mask; {_AUTOGRAD}"),
+    return [_gab_case(g, 1, 1, 2, 3, 3, 4, 4, causal=False,
+                      note=f"one key head for two query heads, no mask; {_AUTOGRAD}"),
             _gab_case(g, 2, 2, 2, 4, 4, 2, 3, causal=True, dtype=torch.float64,
                       note=f"two key heads for four query heads, causal, float64; {_AUTOGRAD}"),
             _gab_case(g, 1, 2, 2, 2, 5, 3, 4, causal=True,
