@@ -1,7 +1,10 @@
 """Correct solutions of the layer exercises, written differently from the reference."""
 
+import math
+
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 
 # ---------------------------------------------------------------- concat_heads
@@ -232,3 +235,213 @@ WRONG["layer.concat_heads"] += [concat_wrong_mean_of_heads]
 WRONG["layer.split_qkv_gqa"] += [gqa_split_wrong_v_first]
 WRONG["layer.attention_dropout"] += [dropout_wrong_mask_then_softmax]
 WRONG["layer.fuse_head_weights"] += [fuse_wrong_transposed_blocks]
+
+
+# ---------------------------------------------------------------- multi_head_attention (the capstone)
+
+def allowed_keys(key_mask, is_causal, T):
+    """(B or 1, 1, T, T) bool, True = may attend, or None when nothing is masked."""
+    allowed = None
+    if is_causal:
+        i = torch.arange(T)
+        allowed = (i[None, :] <= i[:, None])[None, None]                   # (1, 1, T, T)
+    if key_mask is not None:
+        real = key_mask[:, None, None, :]                                   # (B, 1, 1, T)
+        allowed = real if allowed is None else allowed & real
+    return allowed
+
+
+def mha_loops(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads, key_mask, is_causal):
+    """One head at a time, each with its own rows of the fused weight."""
+    B, T, C = x.shape
+    d = C // num_heads
+    allowed = allowed_keys(key_mask, is_causal, T)
+    outputs = []
+    for i in range(num_heads):
+        rows = [slice(role * C + i * d, role * C + (i + 1) * d) for role in range(3)]
+        q, k, v = (F.linear(x, in_proj_weight[r], None if in_proj_bias is None else in_proj_bias[r]) for r in rows)
+        scores = q @ k.transpose(1, 2) / math.sqrt(d)                       # (B, T, T)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed[:, 0], float("-inf"))
+        outputs.append(torch.softmax(scores, dim=-1) @ v)                   # (B, T, d)
+    return F.linear(torch.cat(outputs, dim=-1), out_proj_weight, out_proj_bias)
+
+
+def mha_einsum(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads, key_mask, is_causal):
+    B, T, C = x.shape
+    d = C // num_heads
+    w = in_proj_weight.view(3, num_heads, d, C)                             # (role, head, feature, in)
+    qkv = torch.einsum("btc,rhdc->rbhtd", x, w)
+    if in_proj_bias is not None:
+        qkv = qkv + in_proj_bias.view(3, 1, num_heads, 1, d)
+    q, k, v = qkv.unbind(0)
+    scores = torch.einsum("bhid,bhjd->bhij", q, k) * d ** -0.5
+    allowed = allowed_keys(key_mask, is_causal, T)
+    if allowed is not None:
+        scores = torch.where(allowed, scores, torch.tensor(float("-inf"), dtype=scores.dtype))
+    heads = torch.einsum("bhij,bhjd->bhid", scores.softmax(-1), v)
+    out = torch.einsum("bhtd,ohd->bto", heads, out_proj_weight.view(C, num_heads, d))
+    return out if out_proj_bias is None else out + out_proj_bias
+
+
+def mha_linear_modules(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads, key_mask,
+                       is_causal):
+    """nn.Linear modules holding the weights, as a module would; the result still carries autograd's graph."""
+    B, T, C = x.shape
+    d = C // num_heads
+    qkv_proj = torch.nn.Linear(C, 3 * C, bias=in_proj_bias is not None, dtype=x.dtype)
+    out_proj = torch.nn.Linear(C, C, bias=out_proj_bias is not None, dtype=x.dtype)
+    with torch.no_grad():
+        for module, weight, bias in ((qkv_proj, in_proj_weight, in_proj_bias),
+                                     (out_proj, out_proj_weight, out_proj_bias)):
+            module.weight.copy_(weight)
+            if bias is not None:
+                module.bias.copy_(bias)
+    q, k, v = qkv_proj(x).chunk(3, dim=-1)
+    q, k, v = (t.view(B, T, num_heads, d).permute(0, 2, 1, 3) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+    allowed = allowed_keys(key_mask, is_causal, T)
+    if allowed is not None:
+        scores = scores.masked_fill(allowed.logical_not(), -math.inf)
+    heads = F.softmax(scores, dim=-1) @ v
+    return out_proj(heads.permute(0, 2, 1, 3).contiguous().view(B, T, C))
+
+
+def mha_bmm(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads, key_mask, is_causal):
+    """The heads moved into the batch, (B * h, T, d), and torch.bmm; the mask as an additive bias."""
+    B, T, C = x.shape
+    d = C // num_heads
+    qkv = x.reshape(B * T, C) @ in_proj_weight.t()
+    if in_proj_bias is not None:
+        qkv += in_proj_bias
+    qkv = qkv.reshape(B, T, 3, num_heads, d).permute(2, 0, 3, 1, 4).reshape(3, B * num_heads, T, d)
+    scores = torch.bmm(qkv[0], qkv[1].transpose(1, 2)) / math.sqrt(d)     # (B h, T, T)
+    allowed = allowed_keys(key_mask, is_causal, T)
+    if allowed is not None:
+        bias = torch.zeros(allowed.shape, dtype=x.dtype).masked_fill(~allowed, torch.finfo(x.dtype).min)
+        scores = scores + bias.expand(B, num_heads, T, T).reshape(B * num_heads, T, T)
+    heads = torch.bmm(torch.softmax(scores, dim=-1), qkv[2])              # (B h, T, d)
+    merged = heads.reshape(B, num_heads, T, d).transpose(1, 2).reshape(B * T, C)
+    out = merged @ out_proj_weight.t()
+    if out_proj_bias is not None:
+        out = out + out_proj_bias
+    return out.reshape(B, T, C)
+
+
+def mha_per_sequence(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads, key_mask,
+                     is_causal):
+    """One sequence at a time, its padding cut off: the keys a query may see are the real ones."""
+    B, T, C = x.shape
+    d = C // num_heads
+    w_q, w_k, w_v = in_proj_weight.split(C)
+    b_q, b_k, b_v = (None, None, None) if in_proj_bias is None else in_proj_bias.split(C)
+    rows = []
+    for b in range(B):
+        n = T if key_mask is None else int(key_mask[b].sum())               # the real tokens come first
+        q = F.linear(x[b], w_q, b_q).view(T, num_heads, d).transpose(0, 1)      # (h, T, d)
+        k = F.linear(x[b, :n], w_k, b_k).view(n, num_heads, d).transpose(0, 1)  # (h, n, d)
+        v = F.linear(x[b, :n], w_v, b_v).view(n, num_heads, d).transpose(0, 1)
+        scores = q @ k.transpose(1, 2) / math.sqrt(d)                       # (h, T, n)
+        if is_causal:
+            scores = scores.masked_fill(torch.ones(T, n, dtype=torch.bool).triu(1), float("-inf"))
+        rows.append((torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(T, C))
+    return F.linear(torch.stack(rows), out_proj_weight, out_proj_bias)
+
+
+def mha_wrong_no_diagonal(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads, key_mask,
+                          is_causal):
+    """The causal mask strictly below the diagonal: a query may not see itself, and query 0 sees nothing."""
+    B, T, C = x.shape
+    d = C // num_heads
+    q, k, v = (t.view(B, T, num_heads, d).transpose(1, 2)
+               for t in F.linear(x, in_proj_weight, in_proj_bias).split(C, dim=-1))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    if is_causal:
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(-1), float("-inf"))
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    heads = torch.softmax(scores, dim=-1) @ v
+    return F.linear(heads.transpose(1, 2).reshape(B, T, C), out_proj_weight, out_proj_bias)
+
+
+def mha_wrong_one_mask_only(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads, key_mask,
+                            is_causal):
+    """The causal mask when is_causal, else the padding: with both, the padding is forgotten."""
+    B, T, C = x.shape
+    d = C // num_heads
+    q, k, v = (t.view(B, T, num_heads, d).transpose(1, 2)
+               for t in F.linear(x, in_proj_weight, in_proj_bias).split(C, dim=-1))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    if is_causal:
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    elif key_mask is not None:
+        scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    heads = torch.softmax(scores, dim=-1) @ v
+    return F.linear(heads.transpose(1, 2).reshape(B, T, C), out_proj_weight, out_proj_bias)
+
+
+def mha_wrong_view_after_transpose(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads,
+                                   key_mask, is_causal):
+    """Right up to the merge, which calls .view on the transposed heads: it raises."""
+    B, T, C = x.shape
+    d = C // num_heads
+    q, k, v = (t.view(B, T, num_heads, d).transpose(1, 2)
+               for t in F.linear(x, in_proj_weight, in_proj_bias).split(C, dim=-1))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    allowed = allowed_keys(key_mask, is_causal, T)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    heads = torch.softmax(scores, dim=-1) @ v
+    return F.linear(heads.transpose(1, 2).view(B, T, C), out_proj_weight, out_proj_bias)
+
+
+def mha_wrong_mask_without_head_axis(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads,
+                                     key_mask, is_causal):
+    """key_mask[:, None]: (B, 1, T) lines up B with the heads of the (B, h, T, T) scores."""
+    B, T, C = x.shape
+    d = C // num_heads
+    q, k, v = (t.view(B, T, num_heads, d).transpose(1, 2)
+               for t in F.linear(x, in_proj_weight, in_proj_bias).split(C, dim=-1))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    if is_causal:
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask[:, None], float("-inf"))
+    heads = torch.softmax(scores, dim=-1) @ v
+    return F.linear(heads.transpose(1, 2).reshape(B, T, C), out_proj_weight, out_proj_bias)
+
+
+def mha_wrong_keys_times_queries(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads,
+                                 key_mask, is_causal):
+    """Scores k q^T: row i holds what every key scores against query i's column."""
+    B, T, C = x.shape
+    d = C // num_heads
+    q, k, v = (t.view(B, T, num_heads, d).transpose(1, 2)
+               for t in F.linear(x, in_proj_weight, in_proj_bias).split(C, dim=-1))
+    scores = k @ q.transpose(-2, -1) / math.sqrt(d)
+    allowed = allowed_keys(key_mask, is_causal, T)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    heads = torch.softmax(scores, dim=-1) @ v
+    return F.linear(heads.transpose(1, 2).reshape(B, T, C), out_proj_weight, out_proj_bias)
+
+
+def mha_wrong_bias_always_added(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads,
+                                key_mask, is_causal):
+    """Adds the biases without asking whether they are given: None raises."""
+    B, T, C = x.shape
+    d = C // num_heads
+    qkv = x @ in_proj_weight.T + in_proj_bias
+    q, k, v = (t.view(B, T, num_heads, d).transpose(1, 2) for t in qkv.split(C, dim=-1))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+    allowed = allowed_keys(key_mask, is_causal, T)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    heads = torch.softmax(scores, dim=-1) @ v
+    return heads.transpose(1, 2).reshape(B, T, C) @ out_proj_weight.T + out_proj_bias
+
+
+CORRECT["layer.multi_head_attention"] = [mha_loops, mha_einsum, mha_linear_modules, mha_bmm, mha_per_sequence]
+WRONG["layer.multi_head_attention"] = [mha_wrong_no_diagonal, mha_wrong_one_mask_only, mha_wrong_view_after_transpose,
+                                       mha_wrong_mask_without_head_axis, mha_wrong_keys_times_queries,
+                                       mha_wrong_bias_always_added]

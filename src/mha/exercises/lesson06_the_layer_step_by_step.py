@@ -1,15 +1,18 @@
 """Exercises of lesson 06, the layer step by step: W_O over a list of heads, the split of a
-fused grouped-query projection, attention dropout with a given keep-mask, and the weights of
-many heads in one matrix."""
+fused grouped-query projection, attention dropout with a given keep-mask, the weights of
+many heads in one matrix, a prediction, and the capstone: the whole layer, masks included."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
 from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
-from mha.autograde.draw import randint, randn
+from mha.autograde.draw import other_than, randint, randn, separating
+
+from .common import NO_MHA
 
 
 LESSON = "06-the-layer-step-by-step"
@@ -367,4 +370,191 @@ DROPOUT_SPREAD = Exercise(
     forbidden=("mha",), dtypes=(),
 )
 
-EXERCISES = (CONCAT, SPLIT_QKV_GQA, DROPOUT, FUSE, DROPOUT_SPREAD)
+
+
+# ---------------------------------------------------------------- 6. the capstone: the whole layer
+
+def multi_head_attention(x: torch.Tensor, in_proj_weight: torch.Tensor, in_proj_bias: torch.Tensor | None,
+                         out_proj_weight: torch.Tensor, out_proj_bias: torch.Tensor | None, num_heads: int,
+                         key_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+    """Multi-head self-attention as torch.nn.MultiheadAttention(C, num_heads, batch_first=True)
+    computes it in evaluation mode. x (B, T, C); in_proj_weight (3C, C) = cat[W_q; W_k; W_v] and
+    out_proj_weight (C, C) in nn.Linear's (out, in) layout, their biases (3C,) and (C,) or None;
+    key_mask (B, T) bool, True where the key is a real token (the real tokens first, at least
+    one per sequence), or None; is_causal: query i sees the keys j <= i. -> (B, T, C)."""
+    return _layer(x, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, num_heads, key_mask, is_causal)
+
+
+def _layer(x, w_in, b_in, w_out, b_out, num_heads, key_mask, is_causal, *, w_in_t=True, split="roles",
+           scale_by="d", triangle="lower", inverted=False, padding_on="keys", join="and", masked="before", fill=None,
+           dim=-1, merge="right", w_out_t=True, biases=True):
+    """The layer, and the slips its joins invite (the keyword arguments; the defaults are right)."""
+    B, T, C = x.shape
+    d = C // num_heads
+    if w_in_t:
+        qkv = x @ w_in.T                                                  # (B, T, 3C)
+    else:                                                                 # each (C, C) block used as (in, out)
+        qkv = torch.cat([x @ w for w in w_in.split(C)], dim=-1)
+    if biases and b_in is not None:
+        qkv = qkv + b_in
+    if split == "roles":                                                  # (role, head, feature): the fused layout
+        q, k, v = (t.reshape(B, T, num_heads, d).transpose(1, 2) for t in qkv.split(C, dim=-1))
+    elif split == "heads":                                                # read as (head, role, feature)
+        q, k, v = qkv.reshape(B, T, num_heads, 3, d).permute(3, 0, 2, 1, 4)
+    else:                                                                 # a direct view to (B, h, T, d)
+        q, k, v = (t.reshape(B, num_heads, T, d) for t in qkv.split(C, dim=-1))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d if scale_by == "d" else C)   # (B, h, T, T)
+    causal = None
+    if is_causal:                                                         # (T, T): key j <= query i
+        ones = torch.ones(T, T, dtype=torch.bool)
+        causal = ones.tril() if triangle == "lower" else ones.triu()
+    padding = None
+    if key_mask is not None:
+        real = ~key_mask if inverted else key_mask                        # (B, T)
+        padding = real[:, None, None, :] if padding_on == "keys" else real[:, None, :, None]
+    if causal is not None and padding is not None:
+        allowed = (causal | padding) if join == "or" else (causal & padding)          # (B, 1, T, T)
+    else:
+        allowed = causal if causal is not None else padding
+    if allowed is None:
+        weights = torch.softmax(scores, dim=dim)
+    elif masked == "before":
+        weights = torch.softmax(scores.masked_fill(~allowed, float("-inf") if fill is None else fill), dim=dim)
+    else:                                                                 # zeroed after the softmax
+        weights = torch.softmax(scores, dim=dim) * allowed
+    heads = weights @ v                                                   # (B, h, T, d)
+    if merge == "right":
+        merged = heads.transpose(1, 2).reshape(B, T, C)                   # (B, T, h, d) -> (B, T, C)
+    else:
+        merged = heads.reshape(B, T, C)
+    out = merged @ (w_out.T if w_out_t else w_out)                        # (B, T, C)
+    if biases and b_out is not None:
+        out = out + b_out
+    return out
+
+
+def _layer_case(g, b, t, h, d, *, causal, lengths=None, in_bias=True, out_bias=True, dtype=torch.float32,
+                note=""):
+    c = h * d
+    key_mask = None
+    if lengths is not None:                                               # the real tokens first
+        key_mask = torch.arange(t)[None, :] < torch.as_tensor(lengths)[:, None]
+    return Case((randn(g, b, t, c, dtype=dtype),
+                 randn(g, 3 * c, c, dtype=dtype, scale=c ** -0.5),
+                 randn(g, 3 * c, dtype=dtype, scale=0.5) if in_bias else None,
+                 randn(g, c, c, dtype=dtype, scale=c ** -0.5),
+                 randn(g, c, dtype=dtype, scale=0.5) if out_bias else None,
+                 h, key_mask, causal), note=note)
+
+
+_SAME_AS_TORCH = "the same as torch.nn.MultiheadAttention holding these weights"
+
+
+def _layer_public(g):
+    return [_layer_case(g, 2, 4, 2, 4, causal=False, note=f"no mask, with biases: {_SAME_AS_TORCH}"),
+            _layer_case(g, 1, 5, 3, 4, causal=True, in_bias=False, out_bias=False, dtype=torch.float64,
+                        note=f"causal, no biases, float64: {_SAME_AS_TORCH}"),
+            _layer_case(g, 3, 4, 2, 3, causal=False, lengths=[4, 2, 1], in_bias=False,
+                        note=f"padding only (lengths 4, 2, 1), an output bias only: {_SAME_AS_TORCH}"),
+            _layer_case(g, 2, 5, 4, 2, causal=True, lengths=[5, 3],
+                        note=f"causal and padding (lengths 5 and 3), with biases: {_SAME_AS_TORCH}")]
+
+
+def _layer_hidden(g):
+    # Every case has h >= 2 heads of width d >= 2 and T >= 3 tokens, T different from h, so that a
+    # direct view, a direct merge, the (head, role) split and sqrt(C) all change the answer; the
+    # first, drawn until every listed mistake gives its own answer, holds causality, padding (a full
+    # sequence and one padded by two or more) and both biases; the second pads every sequence, so
+    # that an inverted mask still leaves each query a key.
+    def first():
+        b, h = randint(g, 2, 3), randint(g, 2, 4)
+        t = other_than(g, 4, 7, (h,))
+        lengths = [t] + [randint(g, 1, t) for _ in range(b - 2)] + [randint(g, 1, t - 2)]
+        return _layer_case(g, b, t, h, randint(g, 2, 4), causal=True, lengths=lengths)
+
+    b, h = randint(g, 1, 3), randint(g, 2, 4)
+    t = other_than(g, 3, 7, (h,))
+    padded = _layer_case(g, b, t, h, randint(g, 2, 4), causal=False, lengths=[randint(g, 1, t - 1) for _ in range(b)],
+                         out_bias=False, dtype=torch.float64)
+    h = randint(g, 2, 4)
+    causal = _layer_case(g, randint(g, 1, 3), other_than(g, 3, 7, (h,)), h, randint(g, 2, 4), causal=True,
+                         in_bias=False)
+    return [separating(first, LAYER), padded, causal]
+
+
+def _layer_explain(case, outcome):
+    x, _, b_in, _, b_out, h, key_mask, _ = case.args
+    if outcome.status != "raised":
+        return None
+    message = outcome.error_message
+    if "view size is not compatible" in message:
+        return (".view needs memory laid out in the order of the new shape, and after a transpose or permute it "
+                "is not: merge the heads back with .reshape (or .contiguous().view)")
+    if outcome.error_type == "TypeError" and "NoneType" in message and (b_in is None or b_out is None):
+        return ("in_proj_bias and out_proj_bias may be None, a layer built with bias=False: add a bias only when "
+                "it is given")
+    sizes = {int(n) for n in re.findall(r"size of tensor [ab] \((\d+)\)", message)}
+    if key_mask is not None and sizes == {x.shape[0], h} and x.shape[0] != h:
+        return ("key_mask is (B, T), one row per sequence: give it the axes of the heads and the queries, "
+                "key_mask[:, None, None, :], so that it lines up with the (B, h, T, T) scores")
+    return None
+
+
+def _slip(**slip):
+    return lambda *args: _layer(*args, **slip)
+
+
+LAYER = Exercise(
+    id="layer.multi_head_attention", title="The whole layer, masks included", lesson=LESSON,
+    function="multi_head_attention",
+    params=("x", "in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias", "num_heads", "key_mask",
+            "is_causal"),
+    points=8, reference=multi_head_attention, public=_layer_public, hidden=_layer_hidden, public_seed=607,
+    section="Matching `torch.nn.MultiheadAttention`",
+    mistakes=(
+        Mistake("in_proj_weight is stored as nn.Linear stores it, (out_features, in_features): the queries are "
+                "x @ W_q.T with W_q = in_proj_weight[:C], or x @ in_proj_weight.T for all three at once",
+                _slip(w_in_t=False), name="w-in-not-transposed"),
+        Mistake("the fused projection's features are (role, head, feature): all of q first, then k, then v; "
+                "split them into q, k and v first, then each into heads, not (head, role, feature)",
+                _slip(split="heads"), name="heads-before-roles", section="Version 3: one fused projection"),
+        Mistake("view q, k and v (B, T, C) as (B, T, h, d) and then transpose to (B, h, T, d); a direct view to "
+                "(B, h, T, d) mixes tokens across heads", _slip(split="direct"), name="direct-view",
+                section="03-dimension-math: Why view first, then transpose"),
+        Mistake("each head has width d = C // num_heads: scale the scores by sqrt(d), not sqrt(C)",
+                _slip(scale_by="C"), name="scale-by-c", section="01-one-head: Why divide by $\\sqrt{d_h}$?"),
+        Mistake("the mask says True where a key is a real token (the course's convention); torch's "
+                "key_padding_mask says True for padding: fill the scores where key_mask is False",
+                _slip(inverted=True), name="true-means-blocked",
+                section="05-causal-masking: Pitfall 3: PyTorch's two opposite boolean conventions"),
+        Mistake("padding hides keys, the columns of the (T, T) scores: key_mask[:, None, None, :], not "
+                "key_mask[:, None, :, None], which hides the padded queries' rows",
+                _slip(padding_on="queries"), name="padding-on-queries",
+                section="05-causal-masking: Padding meets causality"),
+        Mistake("a key may be seen when it is not in the future AND is a real token: combine the two masks "
+                "with &, not |", _slip(join="or"), name="masks-joined-by-or",
+                section="05-causal-masking: Padding meets causality"),
+        Mistake("tril keeps the keys on and below the diagonal, j <= i, the ones query i may see; triu keeps "
+                "those on and above it, the future", _slip(triangle="upper"), name="upper-triangle",
+                section="05-causal-masking: The idea: block the scores above the diagonal"),
+        Mistake("fill the masked scores with -inf: a score of 0 still gets the weight exp(0) / sum in the "
+                "softmax, so the masked keys are still read", _slip(fill=0.0), name="filled-with-zero",
+                section="05-causal-masking: The idea: block the scores above the diagonal"),
+        Mistake("mask the scores before the softmax (fill them with -inf): zeroing the weights after it leaves "
+                "rows that no longer sum to 1", _slip(masked="after"), name="masked-after-softmax",
+                section="05-causal-masking: Pitfall 2: the row with nothing allowed"),
+        Mistake("the softmax runs over the keys, the last dimension of the (B, h, T, T) scores: dim=-2 "
+                "normalises over the queries", _slip(dim=-2), name="softmax-over-queries",
+                section="01-one-head: From tokens to queries, keys and values"),
+        Mistake("merge the heads back by transposing (B, h, T, d) to (B, T, h, d) before the reshape to "
+                "(B, T, C); a direct reshape mixes tokens across heads", _slip(merge="direct"),
+                name="direct-merge", section="03-dimension-math: Why view first, then transpose"),
+        Mistake("out_proj_weight is stored as nn.Linear stores it, (out_features, in_features): multiply by "
+                "out_proj_weight.T", _slip(w_out_t=False), name="w-o-not-transposed"),
+        Mistake("add the biases when they are given: nn.Linear computes x @ weight.T + bias, in the fused "
+                "projection and in the output projection", _slip(biases=False), name="no-biases"),
+    ),
+    forbidden=NO_MHA, explain=_layer_explain,
+)
+
+EXERCISES = (CONCAT, SPLIT_QKV_GQA, DROPOUT, FUSE, DROPOUT_SPREAD, LAYER)

@@ -1,15 +1,17 @@
 """Exercises of lesson 08, gradients: the softmax Jacobian, the gradient of key heads shared
-by grouped-query attention, the gradient of the softmax's temperature, and a linear layer's
-backward pass to fix. Autograd is not allowed: the point is to derive the formulas."""
+by grouped-query attention, the gradient of the softmax's temperature, a linear layer's
+backward pass to fix, and the capstone: the whole backward pass of grouped-query causal
+attention. Autograd is not allowed: the point is to derive the formulas."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
 from mha.autograde import Case, ErrorHint, Exercise, Explain, Mistake
-from mha.autograde.draw import randint, randn
+from mha.autograde.draw import other_than, randint, randn, separating
 
 
 # Autograd is refused at run time: while a graded function runs, the grader replaces the two
@@ -128,60 +130,87 @@ GQA_KV_GRAD = Exercise(
 )
 
 
-# ---------------------------------------------------------------- 3. the gradient of the scale
+# ---------------------------------------------------------------- 3. the gradient of the scale, one per head
 
-def _head(q, k, v, grad_out, scale):
-    """R = q k^T, P = softmax(scale R), dP = grad_out v^T and dS (the gradient of scale * R)."""
-    R = q @ k.T                                            # (Tq, Tk) raw scores
-    P = torch.softmax(scale * R, dim=-1)                   # (Tq, Tk)
-    dP = grad_out @ v.T                                    # (Tq, Tk)
-    dS = P * (dP - (dP * P).sum(dim=-1, keepdim=True))     # (Tq, Tk)
+def _heads(q, k, v, grad_out, scale):
+    """R = q k^T, P = softmax(scale R) with head n's scale[n], dP = grad_out v^T, and dS (the
+    gradient of the scaled scores), each (B, h, Tq, Tk)."""
+    R = q @ k.transpose(-2, -1)                                       # (B, h, Tq, Tk) raw scores
+    P = torch.softmax(scale[:, None, None] * R, dim=-1)               # head n's scores times scale[n]
+    dP = grad_out @ v.transpose(-2, -1)                               # (B, h, Tq, Tk)
+    dS = P * (dP - (dP * P).sum(dim=-1, keepdim=True))                # (B, h, Tq, Tk)
     return R, P, dP, dS
 
 
-def scale_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor, scale: float) -> torch.Tensor:
-    """dL/dscale for out = softmax(scale * q k^T) v (one head, no mask), given grad_out = dL/dout:
-    a 0-dim tensor in q's dtype."""
-    R, _, _, dS = _head(q, k, v, grad_out, scale)
-    return (dS * R).sum()
+def scale_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor,
+               scale: torch.Tensor) -> torch.Tensor:
+    """dL/dscale for out = softmax(scale[n] * q k^T) v in every head n (no mask), q (B, h, Tq, d),
+    k (B, h, Tk, d), v (B, h, Tk, d_v), scale (h,), given grad_out = dL/dout (B, h, Tq, d_v):
+    (h,), in q's dtype."""
+    R, _, _, dS = _heads(q, k, v, grad_out, scale)
+    return (dS * R).sum(dim=(0, 2, 3))                                # every sequence, query and key
 
 
-def _sg_case(g, tq, tk, d, dv, dtype=torch.float32):
-    scale = round(0.2 + 1.2 * float(torch.rand(1, generator=g)), 3)
-    return Case((randn(g, tq, d, dtype=dtype), randn(g, tk, d, dtype=dtype), randn(g, tk, dv, dtype=dtype),
-                 randn(g, tq, dv, dtype=dtype), scale))
+def _sg_case(g, b, h, tq, tk, d, dv, dtype=torch.float32, note=""):
+    scale = torch.tensor([round(0.2 + 1.2 * float(torch.rand(1, generator=g)), 3) for _ in range(h)], dtype=dtype)
+    return Case((randn(g, b, h, tq, d, dtype=dtype), randn(g, b, h, tk, d, dtype=dtype),
+                 randn(g, b, h, tk, dv, dtype=dtype), randn(g, b, h, tq, dv, dtype=dtype), scale), note=note)
 
 
 def _sg_public(g):
-    return [_sg_case(g, 3, 3, 4, 4), _sg_case(g, 2, 5, 4, 3), _sg_case(g, 4, 4, 8, 2, torch.float64)]
+    return [_sg_case(g, 1, 1, 3, 3, 4, 4, note="one sequence, one head"),
+            _sg_case(g, 2, 3, 2, 5, 4, 3, note="two sequences, three heads"),
+            _sg_case(g, 3, 2, 4, 4, 8, 2, torch.float64, note="float64")]
 
 
 def _sg_hidden(g):
-    return [_sg_case(g, randint(g, 2, 6), randint(g, 2, 6), randint(g, 2, 8), randint(g, 1, 5), dt)
-            for dt in (torch.float64, torch.float32, torch.float64)]
+    # B >= 2 sequences and h >= 2 heads in every case, so that a sum over the heads, a gradient per
+    # sequence and a mean all differ from the answer; the first is drawn until every listed mistake
+    # gives its own answer
+    def draw(dtype):
+        return _sg_case(g, randint(g, 2, 3), randint(g, 2, 4), randint(g, 2, 6), randint(g, 2, 6), randint(g, 2, 8),
+                        randint(g, 1, 5), dtype)
+    return [separating(lambda: draw(torch.float64), SCALE_GRAD), draw(torch.float32), draw(torch.float64)]
 
 
 def _sg_wrong(kind):
     def wrong(q, k, v, grad_out, scale):
-        R, P, dP, dS = _head(q, k, v, grad_out, scale)
+        R, P, dP, dS = _heads(q, k, v, grad_out, scale)
+        every = (0, 2, 3)
         if kind == "no-rowsum":
-            return (P * dP * R).sum()
+            return (P * dP * R).sum(dim=every)
         if kind == "scaled":
-            return (dS * scale * R).sum()
+            return (dS * scale[:, None, None] * R).sum(dim=every)
         if kind == "mean":
-            return (dS * R).mean()
+            return (dS * R).mean(dim=every)
         if kind == "divided":
-            return (dS * R).sum() / scale
+            return (dS * R).sum(dim=every) / scale
         if kind == "dp":
-            return (dP * R).sum()
-        if kind == "unscaled-softmax":                     # P = softmax(R): the forward without its scale
-            return (_head(q, k, v, grad_out, 1.0)[3] * R).sum()
+            return (dP * R).sum(dim=every)
+        if kind == "all-heads":
+            return (dS * R).sum()
+        if kind == "per-sequence":
+            return (dS * R).sum(dim=(2, 3))
+        if kind == "unscaled-p":
+            _, _, _, dS1 = _heads(q, k, v, grad_out, torch.ones_like(scale))
+            return (dS1 * R).sum(dim=every)
         return dS * R
     return wrong
 
 
+def _sg_explain(case, outcome):
+    q, k, _, _, scale = case.args
+    h, tk = q.shape[1], k.shape[2]
+    if outcome.status == "raised" and h != tk:
+        sizes = {int(n) for n in re.findall(r"size of tensor [ab] \((\d+)\)", outcome.error_message)}
+        if sizes == {h, tk}:
+            return ("scale is (h,), one number per head, and the scores are (B, h, Tq, Tk): give it the axes it "
+                    "lacks, scale[:, None, None], so that it lines up with the heads")
+    return None
+
+
 SCALE_GRAD = Exercise(
-    id="grads.scale_grad", title="The gradient of the temperature", lesson="08-gradients",
+    id="grads.scale_grad", title="The gradient of the temperatures", lesson="08-gradients",
     function="scale_grad", params=("q", "k", "v", "grad_out", "scale"), points=4,
     reference=scale_grad, public=_sg_public, hidden=_sg_hidden, public_seed=806,
     section="Back to the queries and keys: $dQ = s\\, dS\\, K$ and $dK = s\\, dS^\\top Q$",
@@ -189,21 +218,24 @@ SCALE_GRAD = Exercise(
         Mistake("pass dP through the softmax with both terms of its Jacobian: dS = P * (dP - rowsum(dP * P)); "
                 "P * dP alone misses the -p p^T term", _sg_wrong("no-rowsum"), name="no-rowsum",
                 section="The softmax Jacobian"),
-        Mistake("S = scale * R with R = q k^T, so dL/dscale = sum(dS * R), the raw scores; sum(dS * S) "
+        Mistake("S = scale * R with R = q k^T, so dL/dscale sums dS * R, the raw scores; dS * S "
                 "is scale times too large", _sg_wrong("scaled"), name="scaled-scores"),
-        Mistake("the scale is one number used by every score: add up the contributions of all the "
-                "scores (a sum, not a mean)", _sg_wrong("mean"), name="mean-not-sum"),
-        Mistake("the scale is a single number, so its gradient is one number: sum dS * R over every "
-                "entry (a 0-dim tensor)", _sg_wrong("matrix"), name="matrix-not-number"),
+        Mistake("a head's scale is used by every score of that head: add up their contributions (a sum, "
+                "not a mean)", _sg_wrong("mean"), name="mean-not-sum"),
+        Mistake("each head's scale is one number, so its gradient is one number: sum dS * R over the batch, "
+                "the queries and the keys, leaving (h,)", _sg_wrong("matrix"), name="not-summed"),
         Mistake("the scale multiplies the scores, S = scale * R, so dS/dscale = R: multiply, do not divide "
                 "by the scale", _sg_wrong("divided"), name="divided-by-scale"),
         Mistake("dP is the gradient of the weights, not of the scores: pass it through the softmax first, "
                 "dS = P * (dP - rowsum(dP * P)), then sum dS * R", _sg_wrong("dp"), name="stopped-at-dp"),
-        Mistake("the weights are P = softmax(scale * q k^T): the forward that dS passes back through has the "
-                "scale in it; softmax(q k^T) is the layer at scale 1", _sg_wrong("unscaled-softmax"),
-                name="softmax-without-scale"),
+        Mistake("each head has its own scale: sum over everything but the head axis, one number per head (h,), "
+                "not one number for all of them", _sg_wrong("all-heads"), name="summed-over-heads"),
+        Mistake("every sequence of the batch uses the same scale of a head: add the sequences' contributions "
+                "too, (h,) and not (B, h)", _sg_wrong("per-sequence"), name="per-sequence"),
+        Mistake("recompute P as the forward pass computed it, softmax(scale * R): without the scale the "
+                "weights, and so dS, are other ones", _sg_wrong("unscaled-p"), name="p-without-scale"),
     ),
-    forbidden=NO_AUTOGRAD,
+    forbidden=NO_AUTOGRAD, explain=_sg_explain,
 )
 
 
@@ -296,4 +328,159 @@ LINEAR_BACKWARD = Exercise(
     forbidden=NO_AUTOGRAD, explain=_lb_explain,
 )
 
-EXERCISES = (SOFTMAX_JACOBIAN, GQA_KV_GRAD, SCALE_GRAD, LINEAR_BACKWARD)
+
+
+# ---------------------------------------------------------------- 5. the capstone: the backward pass of GQA attention
+
+def grouped_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor,
+                               is_causal: bool) -> tuple:
+    """The backward pass of grouped-query attention, out = softmax(q k^T / sqrt(d)) v where query
+    head i reads key and value head i // (h // g) (k.repeat_interleave(h // g, dim=1)). q
+    (B, h, Tq, d), k (B, g, Tk, d), v (B, g, Tk, d_v), grad_out = dL/dout (B, h, Tq, d_v), Tq <= Tk;
+    is_causal: query i sees the keys j <= i + Tk - Tq (bottom-right). -> (dq, dk, dv), the shapes
+    of q, k and v."""
+    return _gqa_backward(q, k, v, grad_out, is_causal)
+
+
+def _gqa_backward(q, k, v, grad_out, is_causal, *, jacobian="full", rowsum_dim=-1, mask="bottom-right",
+                  scaled=True, copies="sum", layout="interleave"):
+    """The backward pass, and the slips its joins invite (the keyword arguments; the defaults are right)."""
+    B, h, Tq, d = q.shape
+    g, Tk = k.shape[1], k.shape[2]
+    per = h // g
+    if layout == "interleave":                                    # query head i reads key head i // per
+        k_h, v_h = k.repeat_interleave(per, dim=1), v.repeat_interleave(per, dim=1)   # (B, h, Tk, .)
+    else:                                                         # query head i reads key head i % g
+        k_h, v_h = k.repeat(1, per, 1, 1), v.repeat(1, per, 1, 1)
+    s = 1 / math.sqrt(d)
+    S = s * q @ k_h.transpose(-2, -1)                              # (B, h, Tq, Tk)
+    if is_causal and mask != "none":
+        offset = Tk - Tq if mask == "bottom-right" else 0
+        S = S.masked_fill(~torch.ones(Tq, Tk, dtype=torch.bool).tril(offset), float("-inf"))
+    P = torch.softmax(S, dim=-1)                                   # (B, h, Tq, Tk)
+    dv_h = P.transpose(-2, -1) @ grad_out                          # (B, h, Tk, d_v)
+    dP = grad_out @ v_h.transpose(-2, -1)                          # (B, h, Tq, Tk)
+    if jacobian == "full":
+        dS = P * (dP - (dP * P).sum(dim=rowsum_dim, keepdim=True))
+    elif jacobian == "unweighted":                                 # the row sum not weighted by P
+        dS = P * (dP - dP.sum(dim=-1, keepdim=True))
+    else:                                                          # diag(p) only
+        dS = P * dP
+    c = s if scaled else 1.0
+    dq = c * dS @ k_h                                              # (B, h, Tq, d)
+    dk_h = c * dS.transpose(-2, -1) @ q                            # (B, h, Tk, d)
+
+    def fold(t):                                                   # (B, h, Tk, .) -> (B, g, Tk, .)
+        if layout == "interleave":
+            t = t.view(B, g, per, Tk, t.shape[-1])
+        else:
+            t = t.view(B, per, g, Tk, t.shape[-1]).transpose(1, 2)
+        return t.sum(dim=2) if copies == "sum" else t.mean(dim=2)
+    return dq, fold(dk_h), fold(dv_h)
+
+
+def _gab_case(g, b, groups, per, tq, tk, d, dv, *, causal, dtype=torch.float32, note=""):
+    h = groups * per
+    return Case((randn(g, b, h, tq, d, dtype=dtype), randn(g, b, groups, tk, d, dtype=dtype),
+                 randn(g, b, groups, tk, dv, dtype=dtype), randn(g, b, h, tq, dv, dtype=dtype), causal), note=note)
+
+
+_AUTOGRAD = "the expected gradients are autograd's"
+
+
+def _gab_public(g):
+    return [_gab_case(g, 1, 1, 2, 3, 3, 4, 4, causal=False,
+                      note=f"one key head for two query heads, no mask; {_AUTOGRAD}"),
+            _gab_case(g, 2, 2, 2, 4, 4, 2, 3, causal=True, dtype=torch.float64,
+                      note=f"two key heads for four query heads, causal, float64; {_AUTOGRAD}"),
+            _gab_case(g, 1, 2, 2, 2, 5, 3, 4, causal=True,
+                      note=f"2 queries, 5 keys, causal: the mask sits bottom-right; {_AUTOGRAD}")]
+
+
+def _gab_hidden(g):
+    # Every case has g >= 2 key heads, each shared by 2 or 3 query heads, so that the copies' sum,
+    # their mean and repeat's layout all differ. The first, drawn until every listed mistake gives
+    # its own answer, is causal with fewer queries than keys (where top-left and bottom-right
+    # differ, and by two keys or more, where they differ from a mask without its diagonal too) and
+    # d_v != d; the others are a case without the mask and a causal square one.
+    def first():
+        tq, d = randint(g, 2, 4), randint(g, 2, 4)
+        return _gab_case(g, randint(g, 1, 2), randint(g, 2, 3), randint(g, 2, 3), tq, tq + randint(g, 2, 3), d,
+                         other_than(g, 2, 4, (d,)), causal=True)
+
+    tq = randint(g, 2, 5)
+    plain = _gab_case(g, randint(g, 1, 2), randint(g, 2, 3), randint(g, 2, 3), tq, tq + randint(g, 0, 2),
+                      randint(g, 2, 4), randint(g, 2, 4), causal=False, dtype=torch.float64)
+    t = randint(g, 3, 6)
+    square = _gab_case(g, randint(g, 1, 2), randint(g, 2, 3), randint(g, 2, 3), t, t, randint(g, 2, 4),
+                       randint(g, 2, 4), causal=True, dtype=torch.float64)
+    return [separating(first, GQA_BACKWARD), plain, square]
+
+
+def _gab_explain(case, outcome):
+    q, k, v, _, _ = case.args
+    h, groups = q.shape[1], k.shape[1]
+    (tq, d), tk, dv = q.shape[2:], k.shape[2], v.shape[-1]
+    if outcome.status == "raised":
+        message = outcome.error_message
+        sizes = {int(n) for n in re.findall(r"size of tensor [ab] \((\d+)\)", message)}
+        if h != groups and sizes == {h, groups}:
+            return ("k and v have g key heads and q has h query heads: expand them to h heads first "
+                    "(query head i reads key head i // (h // g), k.repeat_interleave(h // g, dim=1)), and at the "
+                    "end add up the gradients of each key head's copies")
+        inner = re.search(r"to be: \[\d+, (\d+)\] but got: \[\d+, (\d+)\]|has size (\d+) for operand \d+ which "
+                          r"does not broadcast with previously seen size (\d+)", message)
+        if inner and {int(n) for n in inner.groups() if n} == {tq, tk} and tq != tk and not {d, dv} & {tq, tk}:
+            return ("a product meets a (Tq, Tk) matrix from the wrong side: the queries' gradient takes dS as it is, "
+                    "dq = s dS k, and the keys' and values' take it transposed, dk = s dS^T q and dv = P^T dO")
+        return None
+    if h == groups:
+        return None
+    if outcome.status == "value" and outcome.value.kind in ("tuple", "list") and outcome.value.length == 3:
+        for item in outcome.value.data[1:]:
+            if item.kind == "tensor" and item.data.ndim == 4 and item.data.shape[1] == h:
+                return ("dk and dv have the shapes of k and v, (B, g, Tk, .): each key head is used by h // g query "
+                        "heads, so its gradient is the sum of those copies' gradients (as in gqa_kv_grad)")
+    return None
+
+
+def _gab_slip(**slip):
+    return lambda *args: _gqa_backward(*args, **slip)
+
+
+GQA_BACKWARD = Exercise(
+    id="grads.grouped_attention_backward", title="The whole backward pass of grouped-query attention",
+    lesson="08-gradients", function="grouped_attention_backward", params=("q", "k", "v", "grad_out", "is_causal"),
+    points=8, answer="tensors", reference=grouped_attention_backward, public=_gab_public, hidden=_gab_hidden,
+    public_seed=808, section="The derivation becomes code: `mha.attention_backward`",
+    mistakes=(
+        Mistake("every probability depends on every score of its row: dS = P * (dP - rowsum(dP * P)); P * dP "
+                "keeps only the diagonal of the softmax Jacobian", _gab_slip(jacobian="diagonal"),
+                name="diag-only", section="The softmax Jacobian"),
+        Mistake("the row sum in dS = P * (dP - rowsum(dP * P)) is weighted by the probabilities: it is p . dp, "
+                "the p p^T term of the Jacobian applied to dp, not the plain sum of dP",
+                _gab_slip(jacobian="unweighted"), name="rowsum-without-p", section="The softmax Jacobian"),
+        Mistake("the softmax ran over the keys, so the row sum in dS = P * (dP - rowsum(dP * P)) runs over the "
+                "keys too, the last axis, not over the queries", _gab_slip(rowsum_dim=-2), name="rowsum-over-queries",
+                section="The softmax Jacobian"),
+        Mistake("recompute P with the forward's causal mask: a masked key has P = 0 there, so dS = 0 and it "
+                "learns nothing from that query; without the mask the gradient leaks into keys the query never "
+                "saw", _gab_slip(mask="none"), name="masked-keys-leak",
+                section="What the gradient shows: masks stop it exactly"),
+        Mistake("align the causal mask bottom-right: with fewer queries than keys the queries are the last "
+                "positions, so query i sees keys up to i + Tk - Tq", _gab_slip(mask="top-left"), name="top-left",
+                section="05-causal-masking: Pitfall 4: fewer queries than keys, and where the triangle sits"),
+        Mistake("S = s q k^T with s = 1 / sqrt(d), so the scale comes back in both gradients: dq = s dS k and "
+                "dk = s dS^T q", _gab_slip(scaled=False), name="unscaled-dq-dk",
+                section="Back to the queries and keys: $dQ = s\\, dS\\, K$ and $dK = s\\, dS^\\top Q$"),
+        Mistake("a key head used by several query heads collects the gradient of every use: sum the copies' "
+                "gradients, do not average them", _gab_slip(copies="mean"), name="mean-not-sum"),
+        Mistake("query head i reads key head i // (h // g), as repeat_interleave lays them out: key head j's "
+                "copies are the CONSECUTIVE query heads j * (h // g) .. (j + 1) * (h // g) - 1, not every g-th",
+                _gab_slip(layout="repeat"), name="repeat-layout",
+                section="11-kv-cache-gqa-mla: Fewer key/value heads: MQA and GQA"),
+    ),
+    forbidden=NO_AUTOGRAD, explain=_gab_explain,
+)
+
+EXERCISES = (SOFTMAX_JACOBIAN, GQA_KV_GRAD, SCALE_GRAD, LINEAR_BACKWARD, GQA_BACKWARD)
