@@ -641,6 +641,11 @@ UNRELATED_ERRORS = [
 ]
 
 
+# ... except where the exercise's statement makes one of them a slip: the capstone's optional
+# arguments may be None, and adding one to a tensor raises this TypeError.
+RAISED_BY_A_SLIP = {"layer.multi_head_attention": {("TypeError", "unsupported operand type(s) for +: 'Tensor' and 'NoneType'")}}
+
+
 @pytest.mark.parametrize("exercise_id", [i for i in IDS if get(i).explain is not None])
 def test_an_exercise_s_hint_for_an_error_is_chosen_by_the_error_s_text_and_sizes(exercise_id):
     """A hint for an exception names the slip that raises THAT exception, recognised by its text
@@ -654,5 +659,7 @@ def test_an_exercise_s_hint_for_an_error_is_chosen_by_the_error_s_text_and_sizes
              "TypeError": ("Exception",), "NameError": ("Exception",), "ValueError": ("Exception",)}
     for case in ex.public_cases() + ex.hidden_cases(0):
         for error_type, message in UNRELATED_ERRORS:
+            if (error_type, message) in RAISED_BY_A_SLIP.get(exercise_id, ()):
+                continue
             outcome = Outcome(Called.RAISED, error_type=error_type, error_bases=bases[error_type], error_message=message)
             assert ex.explain(case, outcome) is None, (exercise_id, error_type, message)

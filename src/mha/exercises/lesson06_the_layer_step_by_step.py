@@ -490,9 +490,11 @@ def _layer_explain(case, outcome):
     if "view size is not compatible" in message:
         return (".view needs memory laid out in the order of the new shape, and after a transpose or permute it "
                 "is not: merge the heads back with .reshape (or .contiguous().view)")
-    if outcome.error_type == "TypeError" and "NoneType" in message and (b_in is None or b_out is None):
-        return ("in_proj_bias and out_proj_bias may be None, a layer built with bias=False: add a bias only when "
-                "it is given")
+    unset = [name for name, arg in (("in_proj_bias", b_in), ("out_proj_bias", b_out), ("key_mask", key_mask))
+             if arg is None]
+    if outcome.error_type == "TypeError" and "'NoneType'" in message and unset:
+        return (f"{' and '.join(unset)} may be None (a layer built with bias=False, a batch without padding), as "
+                "here: use an optional argument only when it is given (if ... is not None)")
     sizes = {int(n) for n in re.findall(r"size of tensor [ab] \((\d+)\)", message)}
     if key_mask is not None and sizes == {x.shape[0], h} and x.shape[0] != h:
         return ("key_mask is (B, T), one row per sequence: give it the axes of the heads and the queries, "
