@@ -175,7 +175,12 @@ def reap_all(timeout_s: float = 5.0) -> bool:
 
 def children(parent: int) -> list[int]:
     """The processes whose parent is ``parent``, from /proc."""
-    found = []
+    return [pid for pid, ppid in parent_pids().items() if ppid == parent]
+
+
+def parent_pids() -> dict[int, int]:
+    """Every process's parent, pid -> ppid, from /proc (the watcher reads it too)."""
+    found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -184,9 +189,9 @@ def children(parent: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1 and int(fields[1]) == parent:
-            found.append(int(name))
+        fields = stat[stat.rfind(b")") + 2:].split()      # after the command's name, which may hold spaces
+        if len(fields) > 1:
+            found[int(name)] = int(fields[1])
     return found
 
 

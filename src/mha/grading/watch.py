@@ -19,6 +19,8 @@ import os
 import time
 from pathlib import Path
 
+from .confine import parent_pids
+
 DISK_INTERVAL_S = 0.05
 MEMORY_INTERVAL_S = 0.25
 MAX_ENTRIES = 20_000  # a folder with more files than this is over its limit too
@@ -80,19 +82,8 @@ def disk_use(folder: Path, max_entries: int) -> tuple[int, int]:
 
 def descendants(root: int) -> list[int]:
     """Every process below ``root`` (not ``root`` itself), from /proc."""
-    parent_of = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(b")") + 2:].split()
-            if len(fields) > 1:
-                parent_of[int(name)] = int(fields[1])
     children: dict[int, list[int]] = {}
-    for pid, ppid in parent_of.items():
+    for pid, ppid in parent_pids().items():
         children.setdefault(ppid, []).append(pid)
     found, stack = [], list(children.get(root, []))
     while stack:
