@@ -21,12 +21,13 @@ the same report, and every output, from the file alone).
 from __future__ import annotations
 
 import copy
-import csv
 import datetime
 import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from .roster import read_table
 
 LATE = "late"  # the exercise column of an override of the late penalty
 UNITS = {"hour": 3600, "day": 86400, "week": 7 * 86400}
@@ -68,19 +69,7 @@ class Policy:
 
 def read_overrides(path) -> list[Override]:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as e:
-        raise AdjustError(f"--overrides {path}: cannot read it ({e.strerror or e})") from None
-    except UnicodeDecodeError:
-        raise AdjustError(f"--overrides {path}: not a text file in UTF-8 (save the spreadsheet as CSV UTF-8)") from None
-    lines = text.splitlines()
-    if not lines:
-        raise AdjustError(f"--overrides {path} is empty: its first line names the columns student, exercise, points "
-                          "and reason")
-    delimiter = max(",;\t", key=lines[0].count)
-    rows = list(csv.reader(lines, delimiter=delimiter))
-    header = [h.strip().lower() for h in rows[0]]
+    header, rows = read_table(path, "--overrides", "student, exercise, points and reason", AdjustError)
     missing = [h for h in ("student", "exercise", "points", "reason") if h not in header]
     if missing:
         raise AdjustError(f"--overrides {path}: the first line must name the columns student, exercise, points and "

@@ -40,20 +40,28 @@ class Student:
 CANVAS_NAME, CANVAS_ID, CANVAS_SIS = "student", "id", "sis user id"
 
 
-def read(path) -> list[Student]:
+def read_table(path, option: str, columns: str, error=ValueError) -> tuple[list[str], list[list[str]]]:
+    """The header (lower case) and rows of the spreadsheet ``path`` saved as CSV (commas,
+    semicolons or tabs, UTF-8 with or without a byte-order mark); ``error`` names ``option``
+    and what is wrong: unreadable, not UTF-8, or empty (``columns``: what its first line names)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except OSError as e:
-        raise RosterError(f"--roster {path}: cannot read it ({e.strerror or e})") from None
+        raise error(f"{option} {path}: cannot read it ({e.strerror or e})") from None
     except UnicodeDecodeError:
-        raise RosterError(f"--roster {path}: not a text file in UTF-8 (save the spreadsheet as CSV UTF-8)") from None
+        raise error(f"{option} {path}: not a text file in UTF-8 (save the spreadsheet as CSV UTF-8)") from None
     lines = text.splitlines()
     if not lines:
-        raise RosterError(f"--roster {path} is empty: its first line names the columns id, name and section")
+        raise error(f"{option} {path} is empty: its first line names the columns {columns}")
     delimiter = max(",;\t", key=lines[0].count)
     rows = list(csv.reader(lines, delimiter=delimiter))
-    header = [h.strip().lower() for h in rows[0]]
+    return [h.strip().lower() for h in rows[0]], rows
+
+
+def read(path) -> list[Student]:
+    path = Path(path)
+    header, rows = read_table(path, "--roster", "id, name and section", RosterError)
     canvas = "name" not in header and CANVAS_NAME in header and CANVAS_ID in header
     if canvas:  # Canvas's export: the SIS id is the institution's, Canvas's own ID is kept as a column
         names = {"name": CANVAS_NAME, "id": CANVAS_SIS if CANVAS_SIS in header else CANVAS_ID}
